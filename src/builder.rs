@@ -1,0 +1,329 @@
+//! The builder: options, their defaults, and validation.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Client, ConnectionAddr};
+
+use crate::error::{Error, Result};
+use crate::node::Node;
+use crate::quorum;
+use crate::redlock::Redlock;
+
+/// Default retries after the first round when no acquire timeout is set.
+pub const DEFAULT_RETRY_COUNT: u32 = 10;
+/// Default pause between rounds, before jitter.
+pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
+/// Default jitter: each pause is drawn uniformly from `delay ± jitter`.
+pub const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(100);
+/// Default bound on each call to one node.
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+/// Default clock-drift factor: 1% of the TTL (plus 2 ms).
+pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+/// Default prefix put before every resource name to form the Redis key.
+pub const DEFAULT_KEY_PREFIX: &str = "quorlock:";
+/// Default longest time [`LockGuard::run`](crate::LockGuard::run) keeps a lock
+/// by extending it, counted from acquisition.
+pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(60);
+
+/// The longest retry delay, retry jitter or per-node timeout accepted.
+const MAX_DELAY_OPTION: Duration = Duration::from_secs(3600);
+
+/// The validated options of a [`Redlock`].
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) retry_count: Option<u32>,
+    pub(crate) acquire_timeout: Option<Duration>,
+    pub(crate) retry_delay: Duration,
+    pub(crate) retry_jitter: Duration,
+    pub(crate) node_timeout: Duration,
+    pub(crate) drift_factor: f64,
+    pub(crate) key_prefix: Arc<[u8]>,
+    pub(crate) auto_extend: bool,
+    pub(crate) max_hold: Duration,
+    pub(crate) max_extensions: Option<u32>,
+}
+
+impl Config {
+    /// Retries allowed after the first round: the configured count; with none
+    /// configured, the default, or no limit when an acquire timeout bounds the wait.
+    pub(crate) fn retries(&self) -> u32 {
+        match (self.retry_count, self.acquire_timeout) {
+            (Some(count), _) => count,
+            (None, Some(_)) => u32::MAX,
+            (None, None) => DEFAULT_RETRY_COUNT,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            retry_count: None,
+            acquire_timeout: None,
+            retry_delay: DEFAULT_RETRY_DELAY,
+            retry_jitter: DEFAULT_RETRY_JITTER,
+            node_timeout: DEFAULT_NODE_TIMEOUT,
+            drift_factor: DEFAULT_DRIFT_FACTOR,
+            key_prefix: DEFAULT_KEY_PREFIX.as_bytes().into(),
+            auto_extend: true,
+            max_hold: DEFAULT_MAX_HOLD,
+            max_extensions: None,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Nodes {
+    Urls(Vec<String>),
+    Clients(Vec<Client>),
+}
+
+/// Builds a [`Redlock`] with options other than the defaults.
+///
+/// Made by [`Redlock::builder`] (from URLs) or [`RedlockBuilder::from_clients`]
+/// (from `redis::Client`s you configured yourself, e.g. for TLS). Nothing is
+/// checked or connected until [`build`](RedlockBuilder::build).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// # fn main() -> Result<(), quorlock::Error> {
+/// let redlock = quorlock::Redlock::builder([
+///     "redis://127.0.0.1:7001",
+///     "redis://127.0.0.1:7002",
+///     "redis://127.0.0.1:7003",
+/// ])
+/// .acquire_timeout(Duration::from_secs(5))
+/// .node_timeout(Duration::from_millis(20))
+/// .key_prefix("orders:")
+/// .build()?;
+/// assert_eq!(redlock.quorum(), 2);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct RedlockBuilder {
+    nodes: Nodes,
+    config: Config,
+}
+
+impl RedlockBuilder {
+    pub(crate) fn from_urls<I, S>(urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        RedlockBuilder {
+            nodes: Nodes::Urls(
+                urls.into_iter()
+                    .map(|url| url.as_ref().to_owned())
+                    .collect(),
+            ),
+            config: Config::default(),
+        }
+    }
+
+    /// A builder over clients you created yourself: one `redis::Client` per
+    /// independent node (TLS settings, credentials, RESP version are theirs).
+    pub fn from_clients<I>(clients: I) -> Self
+    where
+        I: IntoIterator<Item = Client>,
+    {
+        RedlockBuilder {
+            nodes: Nodes::Clients(clients.into_iter().collect()),
+            config: Config::default(),
+        }
+    }
+
+    /// How many times [`Redlock::lock`] retries after a failed first round.
+    ///
+    /// Default: 10 ([`DEFAULT_RETRY_COUNT`]); unlimited when an
+    /// [`acquire_timeout`](Self::acquire_timeout) is set and this is not.
+    /// Zero makes `lock` behave like `try_lock`.
+    pub fn retry_count(mut self, retries: u32) -> Self {
+        self.config.retry_count = Some(retries);
+        self
+    }
+
+    /// The longest [`Redlock::lock`] keeps trying. No new round starts after
+    /// it; one round already under way may finish (at most twice the
+    /// [`node_timeout`](Self::node_timeout) later). Default: none (the retry
+    /// count alone bounds the wait).
+    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.config.acquire_timeout = Some(timeout);
+        self
+    }
+
+    /// The pause between rounds, before jitter. Default: 200 ms.
+    pub fn retry_delay(mut self, delay: Duration) -> Self {
+        self.config.retry_delay = delay;
+        self
+    }
+
+    /// The jitter on each pause: drawn uniformly from `delay ± jitter` (not
+    /// below zero), so that competing clients do not retry in step.
+    /// Default: 100 ms.
+    pub fn retry_jitter(mut self, jitter: Duration) -> Self {
+        self.config.retry_jitter = jitter;
+        self
+    }
+
+    /// The bound on every call to one node (connecting included). A node that
+    /// does not answer in time counts as a vote against. Keep it small next to
+    /// your TTLs. Default: 50 ms; must be above zero.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.config.node_timeout = timeout;
+        self
+    }
+
+    /// The clock-drift factor: each lock's validity is reduced by
+    /// `ttl * factor + 2 ms` on top of the time the round took. Must lie in
+    /// `[0, 1)`. Default: 0.01.
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.config.drift_factor = factor;
+        self
+    }
+
+    /// The prefix put before each resource name to form its Redis key.
+    /// Default: `quorlock:`.
+    pub fn key_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
+        self.config.key_prefix = prefix.as_ref().into();
+        self
+    }
+
+    /// Whether [`LockGuard::run`](crate::LockGuard::run) and
+    /// [`Redlock::with_lock`] extend the lock while the work runs. Off, the work
+    /// is cancelled when the first validity ends. Default: on.
+    pub fn auto_extend(mut self, on: bool) -> Self {
+        self.config.auto_extend = on;
+        self
+    }
+
+    /// The longest time automatic extension keeps a lock, counted from its
+    /// acquisition: no extension is made that would carry the lock past it.
+    /// Default: 60 s.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.config.max_hold = max_hold;
+        self
+    }
+
+    /// The most automatic extensions made for one lock. Default: no limit
+    /// other than [`max_hold`](Self::max_hold).
+    pub fn max_extensions(mut self, extensions: u32) -> Self {
+        self.config.max_extensions = Some(extensions);
+        self
+    }
+
+    /// Validates the options and makes the client. It does not connect: each
+    /// node is connected on first use, so nodes that are down now are used
+    /// once they come up.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoNodes`], [`Error::InvalidUrl`] (unparsable, unknown scheme,
+    /// port 0), [`Error::InvalidDriftFactor`], [`Error::InvalidOption`] (a zero
+    /// per-node timeout, a delay over an hour).
+    pub fn build(self) -> Result<Redlock> {
+        let config = self.config;
+        if !(0.0..1.0).contains(&config.drift_factor) {
+            return Err(Error::InvalidDriftFactor {
+                value: config.drift_factor,
+            });
+        }
+        if config.node_timeout.is_zero() {
+            return Err(invalid_option("node_timeout", "must be above zero"));
+        }
+        for (option, value) in [
+            ("node_timeout", config.node_timeout),
+            ("retry_delay", config.retry_delay),
+            ("retry_jitter", config.retry_jitter),
+        ] {
+            if value > MAX_DELAY_OPTION {
+                return Err(invalid_option(option, "must be at most one hour"));
+            }
+        }
+        let clients = match self.nodes {
+            Nodes::Clients(clients) => clients,
+            Nodes::Urls(urls) => urls
+                .iter()
+                .map(|url| open_url(url))
+                .collect::<Result<Vec<_>>>()?,
+        };
+        if clients.is_empty() {
+            return Err(Error::NoNodes);
+        }
+        for client in &clients {
+            if let ConnectionAddr::Tcp(_, 0) | ConnectionAddr::TcpTls { port: 0, .. } =
+                client.get_connection_info().addr()
+            {
+                return Err(Error::InvalidUrl {
+                    url: client.get_connection_info().addr().to_string(),
+                    reason: "port 0 is not a port a server listens on".into(),
+                });
+            }
+        }
+        let nodes: Vec<Node> = clients
+            .into_iter()
+            .map(|client| Node::new(client, config.node_timeout))
+            .collect();
+        if nodes.len() % 2 == 0 {
+            tracing::warn!(
+                nodes = nodes.len(),
+                quorum = quorum::quorum(nodes.len()),
+                "an even number of lock nodes tolerates no more failures than one node fewer"
+            );
+        }
+        Ok(Redlock::from_parts(nodes, config))
+    }
+}
+
+fn invalid_option(option: &'static str, reason: &str) -> Error {
+    Error::InvalidOption {
+        option,
+        reason: reason.to_owned(),
+    }
+}
+
+fn open_url(url: &str) -> Result<Client> {
+    Client::open(url).map_err(|err| Error::InvalidUrl {
+        url: redact_url(url),
+        reason: err.to_string(),
+    })
+}
+
+/// Masks the user info (`user:password@`) of a URL for display.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|at| at + 3) else {
+        return url.to_owned();
+    };
+    let authority_end = url[scheme_end..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |at| scheme_end + at);
+    match url[scheme_end..authority_end].rfind('@') {
+        Some(at) => format!("{}***{}", &url[..scheme_end], &url[scheme_end + at..]),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn redaction_masks_user_info_only() {
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379/0"),
+            "redis://127.0.0.1:6379/0"
+        );
+        assert_eq!(
+            redact_url("redis://:secret@host:1/2"),
+            "redis://***@host:1/2"
+        );
+        assert_eq!(redact_url("rediss://u:p@ss@host"), "rediss://***@host");
+        assert_eq!(redact_url("not a url"), "not a url");
+    }
+}

@@ -1,0 +1,393 @@
+//! [`LockGuard`]: a held lock; extend, unlock, run work under it; Drop fallback.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
+
+use crate::error::{Error, LostReason, NodeError, Result};
+use crate::redlock::{Inner, Round, Ttl, show_resource};
+
+/// How a successful [`LockGuard::unlock`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Unlocked {
+    /// A quorum of nodes still held our token and deleted it: the lock was
+    /// ours until this release.
+    Released,
+    /// Too few nodes still held our token: the lock had already expired (or
+    /// been deleted) before the release. Not an error of the caller's making,
+    /// but a sign the critical section outlived its lock.
+    Expired,
+}
+
+/// A held lock.
+///
+/// Owned (`Send + Sync + 'static`): it can move into tasks. Release it with
+/// [`unlock`](Self::unlock); a guard dropped without `unlock` (or
+/// [`forget`](Self::forget)) releases in the background on the current tokio
+/// runtime, or, outside a runtime, lets the keys expire by their TTL.
+///
+/// A guard does not stop time: check [`remaining`](Self::remaining) or run the
+/// work under [`run`](Self::run), which cancels it when the lock is lost.
+#[must_use = "dropping the guard releases the lock right away"]
+pub struct LockGuard {
+    inner: Arc<Inner>,
+    key: Arc<[u8]>,
+    resource_len: usize,
+    token: Arc<str>,
+    ttl: Ttl,
+    acquired_at: Instant,
+    valid_until: Instant,
+    extensions: u32,
+    /// Set when an extension showed that a quorum no longer holds our token.
+    lost: bool,
+    /// Whether Drop still has to release the keys.
+    armed: bool,
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the token: whoever reads logs must not be able to release the lock.
+        f.debug_struct("LockGuard")
+            .field("resource", &self.shown_resource())
+            .field("valid_until", &self.valid_until)
+            .field("remaining", &self.remaining())
+            .field("extensions", &self.extensions)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockGuard {
+    /// A guard for a round about to be made; armed, but not yet valid.
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        key: Arc<[u8]>,
+        resource_len: usize,
+        token: Arc<str>,
+        ttl: Ttl,
+    ) -> Self {
+        let now = Instant::now();
+        LockGuard {
+            inner,
+            key,
+            resource_len,
+            token,
+            ttl,
+            acquired_at: now,
+            valid_until: now,
+            extensions: 0,
+            lost: false,
+            armed: true,
+        }
+    }
+
+    pub(crate) fn token(&self) -> &Arc<str> {
+        &self.token
+    }
+
+    /// Records a won round that started at `start`.
+    pub(crate) fn mark_acquired(&mut self, start: Instant) {
+        self.acquired_at = start;
+        self.valid_until = start + (self.ttl.ttl - self.ttl.drift);
+    }
+
+    /// Releases a round that did not win, on every node, and disarms the guard.
+    pub(crate) async fn release_failed_round(mut self) {
+        self.inner.release_round(&self.key, &self.token).await;
+        self.armed = false;
+    }
+
+    pub(crate) fn shown_resource(&self) -> String {
+        show_resource(self.resource())
+    }
+
+    /// The resource name this lock is on.
+    pub fn resource(&self) -> &[u8] {
+        let prefix_len = self.key.len() - self.resource_len;
+        &self.key[prefix_len..]
+    }
+
+    /// The Redis key that holds the lock on each node (prefix + resource).
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// The TTL of the last successful acquisition or extension, in whole milliseconds.
+    pub fn ttl(&self) -> Duration {
+        self.ttl.ttl
+    }
+
+    /// When the lock was acquired (the start of the winning round).
+    pub fn acquired_at(&self) -> Instant {
+        self.acquired_at
+    }
+
+    /// The instant (monotonic clock) until which the lock is valid:
+    /// `round start + ttl - drift`, moved on by each successful extension.
+    pub fn valid_until(&self) -> Instant {
+        self.valid_until
+    }
+
+    /// The validity left: zero once it ran out or an extension showed the lock lost.
+    pub fn remaining(&self) -> Duration {
+        if self.lost {
+            return Duration::ZERO;
+        }
+        self.valid_until.saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the lock is still valid (see [`remaining`](Self::remaining)).
+    pub fn is_valid(&self) -> bool {
+        !self.remaining().is_zero()
+    }
+
+    /// How many successful extensions this guard has made.
+    pub fn extensions(&self) -> u32 {
+        self.extensions
+    }
+
+    /// Resets the lock's remaining life to `ttl` from now, on a quorum of nodes.
+    ///
+    /// Succeeds iff a quorum extended it and the round finished before the
+    /// current validity ended; the new validity is `round start + ttl - drift`.
+    /// On failure nothing is deleted and [`valid_until`](Self::valid_until) is
+    /// unchanged.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidTtl`]; [`Error::LockLost`] with
+    /// [`LostReason::Expired`] (validity already over, or the round finished
+    /// too late), [`LostReason::ExtensionRefused`] (a quorum no longer holds
+    /// our token; the guard then reports zero remaining) or
+    /// [`LostReason::Unreachable`] (too few nodes answered; the lock may still
+    /// be held until `valid_until`, and a retry may succeed).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if dropped, the guard keeps its old validity; nodes that
+    /// received the request may have extended their key, which only keeps it
+    /// longer on those nodes.
+    pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
+        let ttl = self.inner.check_ttl(ttl)?;
+        let span = tracing::debug_span!("quorlock.extend", resource = %self.shown_resource(), ttl_ms = ttl.millis);
+        if self.lost || Instant::now() >= self.valid_until {
+            return Err(self.lost_error(LostReason::Expired, None));
+        }
+        let start = Instant::now();
+        let round = self
+            .inner
+            .extend_round(&self.key, &self.token, ttl)
+            .instrument(span)
+            .await;
+        self.apply_extension(round, start, ttl)
+            .map_err(|(reason, source)| self.lost_error(reason, source))
+    }
+
+    /// Takes in an extension round that started at `start`.
+    fn apply_extension(
+        &mut self,
+        round: Round,
+        start: Instant,
+        ttl: Ttl,
+    ) -> std::result::Result<(), (LostReason, Option<NodeError>)> {
+        let Round { votes, last_error } = round;
+        let finished = Instant::now();
+        tracing::debug!(
+            granted = votes.granted,
+            refused = votes.refused,
+            failed = votes.failed,
+            quorum = votes.quorum,
+            "extend round"
+        );
+        if votes.has_quorum() {
+            let new_valid_until = start + (ttl.ttl - ttl.drift);
+            if finished < self.valid_until && finished < new_valid_until {
+                self.valid_until = new_valid_until;
+                self.ttl = ttl;
+                self.extensions = self.extensions.saturating_add(1);
+                return Ok(());
+            }
+            return Err((LostReason::Expired, last_error));
+        }
+        if votes.refused > votes.nodes - votes.quorum {
+            self.lost = true;
+            return Err((LostReason::ExtensionRefused { votes }, last_error));
+        }
+        Err((LostReason::Unreachable { votes }, last_error))
+    }
+
+    fn lost_error(&self, reason: LostReason, source: Option<NodeError>) -> Error {
+        tracing::warn!(resource = %self.shown_resource(), %reason, "lock lost");
+        Error::LockLost {
+            resource: self.shown_resource(),
+            reason,
+            source,
+        }
+    }
+
+    /// Releases the lock on every node (a token-checked delete) and consumes
+    /// the guard.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ReleaseUnconfirmed`] when too few nodes answered to tell
+    /// whether the lock was still held; keys left behind expire by their TTL.
+    /// A lock that had already expired is `Ok(Unlocked::Expired)`, not an error.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped before it finishes, the guard's Drop sends the release again
+    /// in the background; the lock is released either way (or expires).
+    pub async fn unlock(mut self) -> Result<Unlocked> {
+        let span = tracing::debug_span!("quorlock.unlock", resource = %self.shown_resource());
+        let Round { votes, last_error } = self
+            .inner
+            .release_round(&self.key, &self.token)
+            .instrument(span.clone())
+            .await;
+        self.armed = false;
+        span.in_scope(|| {
+            tracing::debug!(
+                released = votes.granted,
+                not_held = votes.refused,
+                failed = votes.failed,
+                quorum = votes.quorum,
+                "release round"
+            );
+        });
+        if votes.has_quorum() {
+            Ok(Unlocked::Released)
+        } else if votes.refused > votes.nodes - votes.quorum {
+            tracing::warn!(resource = %self.shown_resource(), "lock had expired before its release");
+            Ok(Unlocked::Expired)
+        } else {
+            tracing::warn!(resource = %self.shown_resource(), %votes, "release unconfirmed");
+            Err(Error::ReleaseUnconfirmed {
+                resource: self.shown_resource(),
+                votes,
+                source: last_error,
+            })
+        }
+    }
+
+    /// Gives the guard up without releasing: the keys expire by their TTL.
+    pub fn forget(mut self) {
+        self.armed = false;
+    }
+
+    /// Whether automatic extension may extend at `at` without breaking the limits.
+    fn may_extend_at(&self, at: Instant) -> bool {
+        let config = &self.inner.config;
+        let under_count = config
+            .max_extensions
+            .is_none_or(|max| self.extensions < max);
+        let held_by_then = at.saturating_duration_since(self.acquired_at) + self.ttl.ttl;
+        under_count && held_by_then <= config.max_hold
+    }
+
+    /// Runs `work` while the lock is held and returns its output.
+    ///
+    /// With auto-extension on (the default), the lock is extended about a third
+    /// of the TTL before it would expire, as long as the configured maximum
+    /// hold time and extension count allow; a failed extension is retried
+    /// until the validity ends. The moment the validity ends without a
+    /// successful extension, or an extension shows a quorum no longer holds
+    /// the lock, `work` is dropped (cancelled) and the error says why.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] with [`LostReason::Expired`],
+    /// [`LostReason::ExtensionRefused`], [`LostReason::Unreachable`] or
+    /// [`LostReason::LimitReached`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future drops `work`; the guard stays held with the
+    /// validity of its last successful extension.
+    pub async fn run<F: Future>(&mut self, work: F) -> Result<F::Output> {
+        type Extension = Pin<Box<dyn Future<Output = (Round, Instant)> + Send>>;
+        let mut work = pin!(work);
+        let auto_extend = self.inner.config.auto_extend;
+        let retry_pause = (self.ttl.ttl / 20).max(self.inner.config.node_timeout);
+        let mut extension: Option<Extension> = None;
+        let mut retry_at: Option<Instant> = None;
+        let mut last_failure: Option<(LostReason, Option<NodeError>)> = None;
+        loop {
+            if self.lost {
+                let (reason, source) = last_failure.take().unwrap_or((LostReason::Expired, None));
+                return Err(self.lost_error(reason, source));
+            }
+            let valid_until = self.valid_until;
+            let renew_at = retry_at.unwrap_or_else(|| {
+                valid_until
+                    .checked_sub(self.ttl.ttl / 3)
+                    .unwrap_or(valid_until)
+            });
+            let can_extend = auto_extend && extension.is_none() && self.may_extend_at(renew_at);
+            tokio::select! {
+                biased;
+                _ = tokio::time::sleep_until(valid_until.into()) => {
+                    let (reason, source) = last_failure.take().unwrap_or_else(|| {
+                        if auto_extend && !self.may_extend_at(renew_at) {
+                            (LostReason::LimitReached, None)
+                        } else {
+                            (LostReason::Expired, None)
+                        }
+                    });
+                    return Err(self.lost_error(reason, source));
+                }
+                (round, start) = async { extension.as_mut().expect("guarded by is_some").await }, if extension.is_some() => {
+                    extension = None;
+                    let ttl = self.ttl;
+                    match self.apply_extension(round, start, ttl) {
+                        Ok(()) => {
+                            retry_at = None;
+                            last_failure = None;
+                        }
+                        Err(failure) => {
+                            retry_at = Some(Instant::now() + retry_pause);
+                            last_failure = Some(failure);
+                        }
+                    }
+                }
+                output = &mut work => return Ok(output),
+                _ = tokio::time::sleep_until(renew_at.into()), if can_extend => {
+                    let inner = self.inner.clone();
+                    let key = self.key.clone();
+                    let token = self.token.clone();
+                    let ttl = self.ttl;
+                    extension = Some(Box::pin(async move {
+                        let start = Instant::now();
+                        (inner.extend_round(&key, &token, ttl).await, start)
+                    }));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let inner = self.inner.clone();
+                let key = self.key.clone();
+                let token = self.token.clone();
+                runtime.spawn(async move {
+                    inner.release_round(&key, &token).await;
+                });
+            }
+            Err(_) => tracing::warn!(
+                resource = %self.shown_resource(),
+                "lock guard dropped outside a tokio runtime; its keys expire by their ttl"
+            ),
+        }
+    }
+}

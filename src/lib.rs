@@ -1,0 +1,139 @@
+//! # quorlock
+//!
+//! Distributed locks over N independent Redis nodes: the
+//! [Redlock](https://redis.io/docs/latest/develop/use/patterns/distributed-locks/)
+//! algorithm, done carefully, for tokio. With one node it is the classic
+//! single-instance Redis lock, with the same API.
+//!
+//! ## A tour
+//!
+//! - [`Redlock`] (`redlock.rs`): the client. [`lock`](Redlock::lock),
+//!   [`try_lock`](Redlock::try_lock) and [`with_lock`](Redlock::with_lock).
+//! - [`RedlockBuilder`] (`builder.rs`): options, defaults, validation.
+//! - [`LockGuard`] (`guard.rs`): a held lock. [`extend`](LockGuard::extend),
+//!   [`unlock`](LockGuard::unlock), [`forget`](LockGuard::forget), and
+//!   [`run`](LockGuard::run), the timeout guard that cancels work when the lock
+//!   is lost.
+//! - `quorum.rs`: the pure arithmetic (quorum, drift, validity, jitter) and
+//!   [`Votes`]; `node.rs`: one node's connection and calls; `scripts.rs`: the Lua.
+//! - [`enum@Error`] (`error.rs`): one error type, with [`Votes`],
+//!   [`LostReason`] and [`NodeError`].
+//!
+//! ## Quick start
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use quorlock::Redlock;
+//!
+//! # async fn demo() -> Result<(), quorlock::Error> {
+//! let redlock = Redlock::new([
+//!     "redis://127.0.0.1:7001",
+//!     "redis://127.0.0.1:7002",
+//!     "redis://127.0.0.1:7003",
+//! ])?;
+//!
+//! // Lock, work, unlock.
+//! let guard = redlock.lock("stock:item-42", Duration::from_secs(10)).await?;
+//! // ... read-check-write the stock ...
+//! guard.unlock().await?;
+//!
+//! // Or let quorlock extend the lock while the work runs, and cancel the work
+//! // if the lock is lost.
+//! let sold = redlock
+//!     .with_lock("stock:item-42", Duration::from_secs(10), async { 1 })
+//!     .await?;
+//! # let _ = sold;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## The algorithm
+//!
+//! One acquire round:
+//! 1. draw a token: a UUID v4 (122 random bits from the OS CSPRNG);
+//! 2. note the start on the monotonic clock;
+//! 3. send `SET key token NX PX ttl` to **all nodes in parallel**, each call
+//!    bounded by the per-node timeout; an error or timeout is a vote against;
+//! 4. stop as soon as the outcome is known: `N / 2 + 1` votes for, or too many
+//!    against for that to be possible (stragglers still get their request);
+//! 5. validity = `ttl - elapsed - drift`, drift = `ttl * drift_factor + 2 ms`,
+//!    computed without underflow;
+//! 6. the lock is held iff a quorum granted it and validity is left; the guard
+//!    records `valid_until = start + ttl - drift`;
+//! 7. otherwise release on **all** nodes and retry after `retry_delay ±
+//!    retry_jitter`, until the retries or the acquire timeout are spent.
+//!
+//! Release and extension are Lua scripts that act only while the key holds our
+//! token, run on every node. A failed extension never deletes the lock.
+//!
+//! ## Guarantees
+//!
+//! - **Mutual exclusion while valid**: two guards for one resource are never
+//!   valid at once, provided the nodes are independent masters, keep their
+//!   keys for their TTL (see "restarts" below), and the clocks of the nodes
+//!   and the client run at rates that differ by less than the drift factor.
+//! - **Liveness with a majority**: locks can be taken while a majority of
+//!   nodes answers; keys expire by TTL, so a crashed holder blocks no one for
+//!   longer than its TTL.
+//! - **No guard you should not trust**: [`LockGuard::remaining`] is measured
+//!   on the monotonic clock from the *start* of the winning round; work run by
+//!   [`LockGuard::run`] is cancelled when it reaches zero without an extension.
+//!
+//! ## Limits: what Redlock does not protect against
+//!
+//! - **Pauses**: a holder that stops (GC, swap, SIGSTOP) past its validity and
+//!   then writes is no longer protected; nothing in a lease can stop that.
+//!   Make writes idempotent or check a version in the protected store.
+//! - **Node restarts without persistence**: a node that restarts empty can
+//!   grant a lock that a quorum still holds elsewhere. Keep restarted nodes
+//!   down for at least the longest TTL, or run them with `appendonly yes` and
+//!   `appendfsync always`.
+//! - **Single node** (one URL): the lock is as available as that node, and a
+//!   failover to a replica can lose it (replication is asynchronous).
+//! - **Clock jumps** on a Redis node (an administrator setting its time)
+//!   shorten or lengthen key expiry there; run NTP in slewing mode.
+
+#![warn(missing_docs)]
+
+mod builder;
+mod error;
+mod guard;
+mod node;
+mod quorum;
+mod redlock;
+mod scripts;
+
+pub use builder::{
+    DEFAULT_DRIFT_FACTOR, DEFAULT_KEY_PREFIX, DEFAULT_MAX_HOLD, DEFAULT_NODE_TIMEOUT,
+    DEFAULT_RETRY_COUNT, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER, RedlockBuilder,
+};
+pub use error::{Error, LostReason, NodeError, NodeErrorKind, Result};
+pub use guard::{LockGuard, Unlocked};
+pub use quorum::{MAX_TTL, Votes};
+pub use redlock::{MAX_RESOURCE_LEN, Redlock};
+
+#[cfg(test)]
+mod bounds {
+    //! Compile-time checks that the public types can move across tasks.
+    fn assert_send_sync_static<T: Send + Sync + 'static>() {}
+    fn assert_send<T: Send>(_: &T) {}
+
+    #[test]
+    fn public_types_are_send_sync_static() {
+        assert_send_sync_static::<crate::Redlock>();
+        assert_send_sync_static::<crate::LockGuard>();
+        assert_send_sync_static::<crate::Error>();
+    }
+
+    #[allow(dead_code, clippy::let_underscore_future)]
+    async fn futures_are_send(redlock: crate::Redlock, mut guard: crate::LockGuard) {
+        let resource = "bounds";
+        let ttl = std::time::Duration::from_secs(1);
+        assert_send(&redlock.lock(resource, ttl));
+        assert_send(&redlock.try_lock(resource, ttl));
+        assert_send(&redlock.with_lock(resource, ttl, async {}));
+        assert_send(&guard.extend(ttl));
+        assert_send(&guard.run(async {}));
+        assert_send(&guard.unlock());
+    }
+}

@@ -1,0 +1,165 @@
+//! One Redis node: a lazily created, self-reconnecting multiplexed connection,
+//! and the three lock operations, each bounded by the per-node timeout.
+
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, RedisError, Value};
+
+use crate::error::{NodeError, NodeErrorKind};
+use crate::scripts;
+
+/// One node of the lock. Cheap to share: calls clone the connection handle.
+#[derive(Debug)]
+pub(crate) struct Node {
+    /// `host:port` (or the socket path), for errors and logs; never credentials.
+    name: Arc<str>,
+    client: Client,
+    /// Created on first use, inside the runtime (creating it spawns a task).
+    connection: OnceLock<ConnectionManager>,
+    timeout: Duration,
+}
+
+impl Node {
+    pub(crate) fn new(client: Client, timeout: Duration) -> Self {
+        let name: Arc<str> = client.get_connection_info().addr().to_string().into();
+        Node {
+            name,
+            client,
+            connection: OnceLock::new(),
+            timeout,
+        }
+    }
+
+    fn error(&self, kind: NodeErrorKind) -> NodeError {
+        NodeError::new(self.name.clone(), kind)
+    }
+
+    fn redis_error(&self, err: RedisError) -> NodeError {
+        self.error(NodeErrorKind::Redis(Arc::new(err)))
+    }
+
+    /// The node's connection, created on first use. One per node, shared by all
+    /// calls; it reconnects by itself after the node went away.
+    fn connection(&self) -> Result<ConnectionManager, NodeError> {
+        if let Some(connection) = self.connection.get() {
+            return Ok(connection.clone());
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(self.error(NodeErrorKind::NoRuntime));
+        }
+        // One connection attempt per call: a node that is down answers each
+        // call with an error at once (a vote against), and the next call tries
+        // to connect again, so a node that comes back is used again.
+        let config = ConnectionManagerConfig::new()
+            .set_number_of_retries(0)
+            .set_connection_timeout(Some(self.timeout.max(Duration::from_secs(1))))
+            .set_response_timeout(None);
+        let created = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
+            .map_err(|err| self.redis_error(err))?;
+        Ok(self.connection.get_or_init(|| created).clone())
+    }
+
+    /// Runs `call` on this node's connection, bounded by the per-node timeout.
+    fn bounded<T, F, Fut>(
+        &self,
+        call: F,
+    ) -> impl Future<Output = Result<T, NodeError>> + Send + 'static
+    where
+        F: FnOnce(ConnectionManager) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, RedisError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let connection = self.connection();
+        let name = self.name.clone();
+        let timeout = self.timeout;
+        async move {
+            let connection = connection?;
+            match tokio::time::timeout(timeout, call(connection)).await {
+                Ok(Ok(value)) => Ok(value),
+                Ok(Err(err)) => Err(NodeError::new(name, NodeErrorKind::Redis(Arc::new(err)))),
+                Err(_) => Err(NodeError::new(name, NodeErrorKind::Timeout(timeout))),
+            }
+        }
+    }
+
+    /// `SET key token NX PX ttl_ms`: `Ok(true)` when set, `Ok(false)` when the
+    /// key already exists.
+    pub(crate) fn set_nx(
+        &self,
+        key: Arc<[u8]>,
+        token: Arc<str>,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
+        let name = self.name.clone();
+        let call = self.bounded(move |mut connection| async move {
+            redis::cmd("SET")
+                .arg(&*key)
+                .arg(&*token)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl_ms)
+                .query_async::<Value>(&mut connection)
+                .await
+        });
+        async move {
+            match call.await? {
+                Value::Okay => Ok(true),
+                Value::Nil => Ok(false),
+                other => Err(NodeError::new(
+                    name,
+                    NodeErrorKind::UnexpectedReply(format!("{other:?}")),
+                )),
+            }
+        }
+    }
+
+    /// The extend script: `Ok(true)` when our key's TTL was reset to `ttl_ms`.
+    pub(crate) fn extend(
+        &self,
+        key: Arc<[u8]>,
+        token: Arc<str>,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
+        self.script(&scripts::EXTEND, key, token, Some(ttl_ms))
+    }
+
+    /// The release script: `Ok(true)` when our key was deleted.
+    pub(crate) fn release(
+        &self,
+        key: Arc<[u8]>,
+        token: Arc<str>,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
+        self.script(&scripts::RELEASE, key, token, None)
+    }
+
+    fn script(
+        &self,
+        script: &'static redis::Script,
+        key: Arc<[u8]>,
+        token: Arc<str>,
+        ttl_ms: Option<u64>,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
+        let name = self.name.clone();
+        let call = self.bounded(move |mut connection| async move {
+            let mut invocation = script.prepare_invoke();
+            invocation.key(&*key).arg(&*token);
+            if let Some(ttl_ms) = ttl_ms {
+                invocation.arg(ttl_ms);
+            }
+            invocation.invoke_async::<Value>(&mut connection).await
+        });
+        async move {
+            match call.await? {
+                Value::Int(1) => Ok(true),
+                Value::Int(0) => Ok(false),
+                other => Err(NodeError::new(
+                    name,
+                    NodeErrorKind::UnexpectedReply(format!("{other:?}")),
+                )),
+            }
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! Pure quorum and timing arithmetic: no I/O, no clocks read here.
+//!
+//! Everything the algorithm decides from numbers lives in this module so that it
+//! can be tested exhaustively without Redis: the quorum size, how votes are
+//! tallied and when a round is decided, the clock-drift allowance, the validity
+//! left after a round, and the jittered retry delay.
+
+use std::fmt;
+use std::time::Duration;
+
+/// The fixed part of the clock-drift allowance, added to `ttl * drift_factor`.
+///
+/// It covers the granularity of Redis' own expiry clock (milliseconds).
+pub(crate) const DRIFT_FLOOR: Duration = Duration::from_millis(2);
+
+/// The longest TTL accepted: one year. Longer values are almost certainly a
+/// unit mistake, and refusing them keeps every `Instant` addition in range.
+pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// The number of votes needed out of `nodes`: a strict majority, `nodes / 2 + 1`.
+pub(crate) fn quorum(nodes: usize) -> usize {
+    nodes / 2 + 1
+}
+
+/// The clock-drift allowance for a TTL: `ttl * drift_factor + 2 ms`.
+///
+/// `drift_factor` must already be validated to lie in `[0, 1)`.
+pub(crate) fn drift(ttl: Duration, drift_factor: f64) -> Duration {
+    ttl.mul_f64(drift_factor).saturating_add(DRIFT_FLOOR)
+}
+
+/// The validity left after a round: `ttl - elapsed - drift`, or `None` when
+/// nothing (or exactly nothing) is left. Never underflows.
+pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Duration> {
+    ttl.checked_sub(elapsed)?
+        .checked_sub(drift)
+        .filter(|left| !left.is_zero())
+}
+
+/// Rounds a TTL down to whole milliseconds, the unit Redis' `PX` takes.
+pub(crate) fn whole_millis(ttl: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A retry delay of `base ± jitter`, where `unit` is a random number in `[0, 1]`
+/// choosing the point in that range (`0` gives `base - jitter`, saturating at
+/// zero; `1` gives `base + jitter`).
+pub(crate) fn jittered(base: Duration, jitter: Duration, unit: f64) -> Duration {
+    let unit = if unit.is_finite() {
+        unit.clamp(0.0, 1.0)
+    } else {
+        0.5
+    };
+    let low = base.saturating_sub(jitter);
+    let high = base.saturating_add(jitter);
+    low.saturating_add((high - low).mul_f64(unit))
+}
+
+/// The tally of one round: how many nodes granted the request, refused it, or
+/// failed to answer (an error or a timeout), out of how many, against what quorum.
+///
+/// A failure counts as a vote against: it can never help reach the quorum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Votes {
+    /// Nodes that granted the request (set, extended or deleted our key).
+    pub granted: usize,
+    /// Nodes that answered no (the key was absent or held under another token).
+    pub refused: usize,
+    /// Nodes that answered with an error or did not answer within the per-node timeout.
+    pub failed: usize,
+    /// Nodes asked.
+    pub nodes: usize,
+    /// Votes needed for the request to succeed.
+    pub quorum: usize,
+}
+
+impl Votes {
+    /// An empty tally for a round over `nodes` nodes.
+    pub(crate) fn new(nodes: usize) -> Self {
+        Votes {
+            granted: 0,
+            refused: 0,
+            failed: 0,
+            nodes,
+            quorum: quorum(nodes),
+        }
+    }
+
+    /// Counts one node's answer: `Some(true)` granted, `Some(false)` refused, `None` failed.
+    pub(crate) fn record(&mut self, answer: Option<bool>) {
+        match answer {
+            Some(true) => self.granted += 1,
+            Some(false) => self.refused += 1,
+            None => self.failed += 1,
+        }
+    }
+
+    /// Whether the granting nodes make a quorum.
+    pub fn has_quorum(&self) -> bool {
+        self.granted >= self.quorum
+    }
+
+    /// Nodes that have not answered yet.
+    pub fn pending(&self) -> usize {
+        self.nodes
+            .saturating_sub(self.granted + self.refused + self.failed)
+    }
+
+    /// Whether the quorum can no longer be reached, whatever the pending nodes say.
+    pub fn quorum_impossible(&self) -> bool {
+        self.granted + self.pending() < self.quorum
+    }
+
+    /// Whether the outcome is known: the quorum is reached or can no longer be.
+    pub fn is_decided(&self) -> bool {
+        self.has_quorum() || self.quorum_impossible()
+    }
+
+    /// Whether the failed nodes alone rule out a quorum, so that the outcome says
+    /// nothing about other holders: the nodes are unavailable rather than contended.
+    pub fn failures_rule_out_quorum(&self) -> bool {
+        self.nodes.saturating_sub(self.failed) < self.quorum
+    }
+}
+
+impl fmt::Display for Votes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} granted, {} refused, {} failed of {} nodes, quorum {}",
+            self.granted, self.refused, self.failed, self.nodes, self.quorum
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn quorum_is_a_strict_majority() {
+        assert_eq!(quorum(1), 1);
+        assert_eq!(quorum(2), 2);
+        assert_eq!(quorum(3), 2);
+        assert_eq!(quorum(4), 3);
+        assert_eq!(quorum(5), 3);
+        assert_eq!(quorum(7), 4);
+        for n in 1..200 {
+            assert!(2 * quorum(n) > n, "two quorums of {n} must intersect");
+            assert!(quorum(n) <= n);
+        }
+    }
+
+    #[test]
+    fn drift_is_proportional_plus_two_ms() {
+        assert_eq!(drift(Duration::from_secs(10), 0.01), 102 * MS);
+        assert_eq!(drift(Duration::from_secs(10), 0.0), 2 * MS);
+    }
+
+    #[test]
+    fn validity_subtracts_elapsed_and_drift() {
+        let ttl = Duration::from_secs(10);
+        assert_eq!(validity(ttl, 8 * MS, 102 * MS), Some(9890 * MS));
+    }
+
+    #[test]
+    fn validity_never_underflows() {
+        assert_eq!(validity(10 * MS, 20 * MS, 2 * MS), None);
+        assert_eq!(
+            validity(10 * MS, 8 * MS, 2 * MS),
+            None,
+            "exactly zero left is no validity"
+        );
+        assert_eq!(validity(3 * MS, Duration::ZERO, 5 * MS), None);
+        assert_eq!(validity(Duration::ZERO, Duration::MAX, Duration::MAX), None);
+    }
+
+    #[test]
+    fn whole_millis_rounds_down_and_saturates() {
+        assert_eq!(whole_millis(Duration::from_micros(1999)), MS);
+        assert_eq!(whole_millis(Duration::from_micros(999)), Duration::ZERO);
+        assert_eq!(whole_millis(Duration::MAX), Duration::from_millis(u64::MAX));
+    }
+
+    #[test]
+    fn jitter_spans_base_plus_minus_jitter() {
+        let base = 200 * MS;
+        let jitter = 100 * MS;
+        assert_eq!(jittered(base, jitter, 0.0), 100 * MS);
+        assert_eq!(jittered(base, jitter, 1.0), 300 * MS);
+        assert_eq!(jittered(base, jitter, 0.5), 200 * MS);
+        assert_eq!(jittered(base, jitter, f64::NAN), 200 * MS);
+        assert_eq!(
+            jittered(10 * MS, 100 * MS, 0.0),
+            Duration::ZERO,
+            "saturates at zero"
+        );
+        assert_eq!(jittered(Duration::MAX, Duration::MAX, 1.0), Duration::MAX);
+    }
+
+    #[test]
+    fn a_round_is_decided_as_soon_as_the_outcome_is_known() {
+        let mut votes = Votes::new(5);
+        votes.record(Some(true));
+        votes.record(Some(true));
+        assert!(!votes.is_decided());
+        votes.record(Some(true));
+        assert!(votes.has_quorum() && votes.is_decided());
+
+        let mut votes = Votes::new(5);
+        votes.record(Some(false));
+        votes.record(None);
+        assert!(!votes.is_decided());
+        votes.record(Some(false));
+        assert!(votes.quorum_impossible() && votes.is_decided());
+        assert!(!votes.failures_rule_out_quorum());
+    }
+
+    #[test]
+    fn failures_alone_can_rule_out_the_quorum() {
+        let mut votes = Votes::new(5);
+        for answer in [Some(true), Some(true), None, None, None] {
+            votes.record(answer);
+        }
+        assert!(!votes.has_quorum());
+        assert!(votes.failures_rule_out_quorum());
+        assert_eq!(
+            votes.to_string(),
+            "2 granted, 0 refused, 3 failed of 5 nodes, quorum 3"
+        );
+    }
+
+    #[test]
+    fn single_node_quorum_is_one() {
+        let mut votes = Votes::new(1);
+        votes.record(Some(true));
+        assert!(votes.has_quorum());
+        let mut votes = Votes::new(1);
+        votes.record(None);
+        assert!(votes.quorum_impossible() && votes.failures_rule_out_quorum());
+    }
+}

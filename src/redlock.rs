@@ -1,0 +1,427 @@
+//! [`Redlock`]: the client, its rounds to all nodes, and the acquire loop.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use rand::Rng;
+use redis::Client;
+use tracing::Instrument;
+
+use crate::builder::{Config, RedlockBuilder};
+use crate::error::{Error, NodeError, Result};
+use crate::guard::LockGuard;
+use crate::node::Node;
+use crate::quorum::{self, MAX_TTL, Votes};
+
+/// The longest resource name accepted, in bytes.
+pub const MAX_RESOURCE_LEN: usize = 64 * 1024;
+
+/// How many characters of a resource name errors and logs show.
+const SHOWN_RESOURCE_CHARS: usize = 128;
+
+/// A distributed lock client over N independent Redis nodes.
+///
+/// Cheap to clone (an `Arc` inside); clones share the node connections. See
+/// the [crate docs](crate) for the algorithm and its guarantees.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use quorlock::Redlock;
+///
+/// # async fn demo() -> Result<(), quorlock::Error> {
+/// let redlock = Redlock::new([
+///     "redis://127.0.0.1:7001",
+///     "redis://127.0.0.1:7002",
+///     "redis://127.0.0.1:7003",
+/// ])?;
+/// let guard = redlock.lock("stock:item-42", Duration::from_secs(10)).await?;
+/// // ... the critical section ...
+/// guard.unlock().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Redlock {
+    inner: Arc<Inner>,
+}
+
+/// What every clone of a [`Redlock`] and every guard shares.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) config: Config,
+}
+
+/// The outcome of one round to all nodes.
+#[derive(Debug)]
+pub(crate) struct Round {
+    pub(crate) votes: Votes,
+    /// The last error a node answered with, if any.
+    pub(crate) last_error: Option<NodeError>,
+}
+
+/// A TTL checked against the limits, in whole milliseconds, with its drift allowance.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ttl {
+    pub(crate) ttl: Duration,
+    pub(crate) millis: u64,
+    pub(crate) drift: Duration,
+}
+
+impl Redlock {
+    /// A client over the nodes at `urls` (`redis://`, `rediss://` or
+    /// `redis+unix://`), with the default options. One URL gives the classic
+    /// single-instance lock (quorum 1).
+    ///
+    /// # Errors
+    ///
+    /// As [`RedlockBuilder::build`]: no URLs, or one that does not parse.
+    pub fn new<I, S>(urls: I) -> Result<Self>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::builder(urls).build()
+    }
+
+    /// A builder over the nodes at `urls`, to set options before
+    /// [`build`](RedlockBuilder::build).
+    pub fn builder<I, S>(urls: I) -> RedlockBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        RedlockBuilder::from_urls(urls)
+    }
+
+    /// A client over `redis::Client`s you configured yourself (TLS, custom
+    /// credentials), with the default options. Use
+    /// [`RedlockBuilder::from_clients`] to change them.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedlockBuilder::build`].
+    pub fn from_clients<I>(clients: I) -> Result<Self>
+    where
+        I: IntoIterator<Item = Client>,
+    {
+        RedlockBuilder::from_clients(clients).build()
+    }
+
+    pub(crate) fn from_parts(nodes: Vec<Node>, config: Config) -> Self {
+        Redlock {
+            inner: Arc::new(Inner { nodes, config }),
+        }
+    }
+
+    /// How many nodes the lock spans.
+    pub fn node_count(&self) -> usize {
+        self.inner.nodes.len()
+    }
+
+    /// How many nodes must grant a lock: `node_count() / 2 + 1`.
+    pub fn quorum(&self) -> usize {
+        quorum::quorum(self.inner.nodes.len())
+    }
+
+    /// The Redis key that holds the lock on `resource`: the key prefix followed
+    /// by the resource name.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidResource`] for an empty name or one longer than
+    /// [`MAX_RESOURCE_LEN`].
+    pub fn key(&self, resource: impl AsRef<[u8]>) -> Result<Vec<u8>> {
+        Ok(self.inner.key_for(resource.as_ref())?.to_vec())
+    }
+
+    /// Takes the lock on `resource` for `ttl`, retrying with jitter until a
+    /// round succeeds, the retries are spent or the acquire timeout passes.
+    ///
+    /// Each round asks all nodes in parallel and succeeds when a quorum granted
+    /// it and validity is left after the round's duration and the drift
+    /// allowance. A failed round is released on every node before the next.
+    /// The TTL is rounded down to whole milliseconds.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidResource`], [`Error::InvalidTtl`] before any round;
+    /// then, from the last round, [`Error::Contended`] (held elsewhere),
+    /// [`Error::Unavailable`] (too few nodes answered) or
+    /// [`Error::NoValidity`] (the round outlasted the TTL).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe in the sense that matters for a lock: if the future is
+    /// dropped, no guard exists, and keys that a round in flight may have set
+    /// are released in the background (or expire by their TTL).
+    pub async fn lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<LockGuard> {
+        self.inner
+            .acquire(resource.as_ref(), ttl, self.inner.config.retries())
+            .await
+    }
+
+    /// Makes one round for the lock on `resource`, without retrying.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock), after a single round.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock`](Self::lock).
+    pub async fn try_lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<LockGuard> {
+        self.inner.acquire(resource.as_ref(), ttl, 0).await
+    }
+
+    /// Takes the lock (as [`lock`](Self::lock)), runs `work` under it (as
+    /// [`LockGuard::run`]: extended while it runs, cancelled if the lock is
+    /// lost), then releases it.
+    ///
+    /// If the work finishes but the release cannot be confirmed, the work's
+    /// output is still returned (its effects happened) and a warning is logged;
+    /// keys left behind expire by their TTL.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`lock`](Self::lock); then [`Error::LockLost`] if the lock was
+    /// lost while `work` ran (the work was dropped at that moment).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future drops `work` and releases the lock in the background.
+    pub async fn with_lock<F>(
+        &self,
+        resource: impl AsRef<[u8]>,
+        ttl: Duration,
+        work: F,
+    ) -> Result<F::Output>
+    where
+        F: Future,
+    {
+        let mut guard = self.lock(resource, ttl).await?;
+        let outcome = guard.run(work).await;
+        let shown = guard.shown_resource();
+        if let Err(err) = guard.unlock().await {
+            tracing::warn!(resource = %shown, error = %err, "release after with_lock failed");
+        }
+        outcome
+    }
+}
+
+impl Inner {
+    /// Checks a TTL and returns it in whole milliseconds with its drift.
+    pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<Ttl> {
+        let whole = quorum::whole_millis(ttl);
+        let invalid = |reason| Err(Error::InvalidTtl { ttl, reason });
+        if whole.is_zero() {
+            return invalid("must be at least 1 ms");
+        }
+        if whole > MAX_TTL {
+            return invalid("must be at most 365 days");
+        }
+        let drift = quorum::drift(whole, self.config.drift_factor);
+        if quorum::validity(whole, Duration::ZERO, drift).is_none() {
+            return invalid("too short to leave any validity after the clock-drift allowance");
+        }
+        let millis = u64::try_from(whole.as_millis()).unwrap_or(u64::MAX);
+        Ok(Ttl {
+            ttl: whole,
+            millis,
+            drift,
+        })
+    }
+
+    /// The Redis key for `resource`: prefix followed by the name.
+    pub(crate) fn key_for(&self, resource: &[u8]) -> Result<Arc<[u8]>> {
+        if resource.is_empty() {
+            return Err(Error::InvalidResource {
+                reason: "the name is empty".into(),
+            });
+        }
+        if resource.len() > MAX_RESOURCE_LEN {
+            return Err(Error::InvalidResource {
+                reason: format!(
+                    "the name is {} bytes, more than the {MAX_RESOURCE_LEN} allowed",
+                    resource.len()
+                ),
+            });
+        }
+        let prefix = &self.config.key_prefix;
+        let mut key = Vec::with_capacity(prefix.len() + resource.len());
+        key.extend_from_slice(prefix);
+        key.extend_from_slice(resource);
+        Ok(key.into())
+    }
+
+    /// Sends one call per node and tallies the answers. With `stop_when_decided`
+    /// it returns as soon as the outcome is known; calls still under way then
+    /// finish in the background (so that every node receives its request).
+    pub(crate) async fn round<Fut>(
+        &self,
+        calls: impl IntoIterator<Item = Fut>,
+        stop_when_decided: bool,
+    ) -> Round
+    where
+        Fut: Future<Output = std::result::Result<bool, NodeError>> + Send + 'static,
+    {
+        let mut pending: FuturesUnordered<Fut> = calls.into_iter().collect();
+        let mut votes = Votes::new(self.nodes.len());
+        let mut last_error = None;
+        while let Some(answer) = pending.next().await {
+            match answer {
+                Ok(granted) => votes.record(Some(granted)),
+                Err(err) => {
+                    tracing::trace!(error = %err, "node failed");
+                    votes.record(None);
+                    last_error = Some(err);
+                }
+            }
+            if stop_when_decided && votes.is_decided() {
+                break;
+            }
+        }
+        if !pending.is_empty() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(pending.for_each(|_| async {}));
+            }
+        }
+        Round { votes, last_error }
+    }
+
+    /// `SET NX PX` on every node; decided early.
+    pub(crate) async fn acquire_round(&self, key: &Arc<[u8]>, token: &Arc<str>, ttl: Ttl) -> Round {
+        let calls = self
+            .nodes
+            .iter()
+            .map(|node| node.set_nx(key.clone(), token.clone(), ttl.millis));
+        self.round(calls, true).await
+    }
+
+    /// The extend script on every node; decided early.
+    pub(crate) async fn extend_round(&self, key: &Arc<[u8]>, token: &Arc<str>, ttl: Ttl) -> Round {
+        let calls = self
+            .nodes
+            .iter()
+            .map(|node| node.extend(key.clone(), token.clone(), ttl.millis));
+        self.round(calls, true).await
+    }
+
+    /// The release script on every node; waits for every answer (each bounded
+    /// by the per-node timeout).
+    pub(crate) async fn release_round(&self, key: &Arc<[u8]>, token: &Arc<str>) -> Round {
+        let calls = self
+            .nodes
+            .iter()
+            .map(|node| node.release(key.clone(), token.clone()));
+        self.round(calls, false).await
+    }
+
+    /// The acquire loop behind `lock` (`retries` > 0) and `try_lock` (0).
+    async fn acquire(
+        self: &Arc<Self>,
+        resource: &[u8],
+        ttl: Duration,
+        retries: u32,
+    ) -> Result<LockGuard> {
+        let key = self.key_for(resource)?;
+        let ttl = self.check_ttl(ttl)?;
+        let shown = show_resource(resource);
+        let deadline = self
+            .config
+            .acquire_timeout
+            .and_then(|timeout| Instant::now().checked_add(timeout));
+        let span = tracing::debug_span!("quorlock.lock", resource = %shown, ttl_ms = ttl.millis);
+        async move {
+            let mut attempt: u32 = 0;
+            loop {
+                attempt += 1;
+                // The guard exists before the round so that, if this future is
+                // dropped mid-round, its Drop releases whatever the round set.
+                let mut guard =
+                    LockGuard::new(self.clone(), key.clone(), resource.len(), new_token(), ttl);
+                let start = Instant::now();
+                let round = self.acquire_round(&key, guard.token(), ttl).await;
+                let elapsed = start.elapsed();
+                tracing::debug!(
+                    attempt,
+                    granted = round.votes.granted,
+                    refused = round.votes.refused,
+                    failed = round.votes.failed,
+                    quorum = round.votes.quorum,
+                    elapsed_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+                    "acquire round"
+                );
+                let validity = quorum::validity(ttl.ttl, elapsed, ttl.drift);
+                if round.votes.has_quorum() && validity.is_some() {
+                    guard.mark_acquired(start);
+                    return Ok(guard);
+                }
+                guard.release_failed_round().await;
+                let failure = acquire_failure(&shown, round, elapsed, attempt);
+                if attempt > retries {
+                    return Err(failure);
+                }
+                let unit = rand::rng().random::<f64>();
+                let delay =
+                    quorum::jittered(self.config.retry_delay, self.config.retry_jitter, unit);
+                if deadline.is_some_and(|deadline| Instant::now() + delay >= deadline) {
+                    return Err(failure);
+                }
+                tokio::time::sleep(delay).await;
+            }
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+/// The error for a failed acquire round.
+fn acquire_failure(shown: &str, round: Round, elapsed: Duration, attempts: u32) -> Error {
+    let Round { votes, last_error } = round;
+    let resource = shown.to_owned();
+    if votes.has_quorum() {
+        Error::NoValidity {
+            resource,
+            votes,
+            elapsed,
+            attempts,
+        }
+    } else if votes.failures_rule_out_quorum() {
+        Error::Unavailable {
+            resource,
+            votes,
+            attempts,
+            source: last_error,
+        }
+    } else {
+        Error::Contended {
+            resource,
+            votes,
+            attempts,
+            source: last_error,
+        }
+    }
+}
+
+/// A fresh lock token: a UUID v4, 122 random bits from the OS CSPRNG.
+fn new_token() -> Arc<str> {
+    uuid::Uuid::new_v4().simple().to_string().into()
+}
+
+/// A resource name for errors and logs: lossy UTF-8, cut to 128 characters.
+pub(crate) fn show_resource(resource: &[u8]) -> String {
+    let text = String::from_utf8_lossy(resource);
+    if text.chars().count() <= SHOWN_RESOURCE_CHARS {
+        text.into_owned()
+    } else {
+        let mut cut: String = text.chars().take(SHOWN_RESOURCE_CHARS).collect();
+        cut.push('…');
+        cut
+    }
+}

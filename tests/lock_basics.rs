@@ -1,0 +1,313 @@
+//! The lock's basic behaviours on five real nodes: hold, contend, release,
+//! extend, and the rules that keep other holders' keys safe.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use quorlock::{Error, LostReason, Unlocked};
+use support::{builder, eventually, holders, servers};
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// A held lock sits on every node under one token; a second `try_lock` is
+/// contended; after `unlock` no node holds the key and the lock is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_lock_is_on_every_node_and_excludes_a_second_holder() {
+    let nodes = servers(5);
+    let redlock = builder(&nodes).build().unwrap();
+    let guard = redlock.try_lock("basics:held", TTL).await.unwrap();
+    assert_eq!(guard.key(), b"quorlock:basics:held");
+    assert_eq!(guard.resource(), b"basics:held");
+
+    // Stragglers finish in the background; all five get the key.
+    assert!(
+        eventually(Duration::from_secs(2), || holders(&nodes, guard.key())
+            .iter()
+            .all(Option::is_some))
+        .await
+    );
+    let values = holders(&nodes, guard.key());
+    let token = values[0].clone().unwrap();
+    assert!(
+        values.iter().all(|v| v.as_ref() == Some(&token)),
+        "one token on every node"
+    );
+    assert!(token.len() >= 32, "token carries at least 122 random bits");
+    assert!(guard.remaining() > Duration::from_secs(9) && guard.remaining() < TTL);
+
+    let err = redlock.try_lock("basics:held", TTL).await.unwrap_err();
+    assert!(err.is_contended(), "expected contention, got {err}");
+    let votes = err.votes().unwrap();
+    assert_eq!(votes.granted, 0);
+    assert_eq!(votes.quorum, 3);
+
+    let key = guard.key().to_vec();
+    assert_eq!(guard.unlock().await.unwrap(), Unlocked::Released);
+    assert!(
+        holders(&nodes, &key).iter().all(Option::is_none),
+        "no node keeps the key"
+    );
+    let again = redlock.try_lock("basics:held", TTL).await.unwrap();
+    assert_eq!(again.unlock().await.unwrap(), Unlocked::Released);
+}
+
+/// With the key held under a foreign token on 3 of 5 nodes, `try_lock` fails
+/// and the 2 other nodes hold no key of ours afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_round_leaves_nothing_behind() {
+    let nodes = servers(5);
+    let redlock = builder(&nodes).build().unwrap();
+    let key = redlock.key("basics:foreign").unwrap();
+    for node in &nodes[..3] {
+        node.set_px(&key, "foreign", 10_000);
+    }
+    let err = redlock.try_lock("basics:foreign", TTL).await.unwrap_err();
+    assert!(err.is_contended(), "got {err}");
+    assert_eq!(err.votes().unwrap().refused, 3);
+    assert_eq!(err.votes().unwrap().granted, 2);
+    for node in &nodes[..3] {
+        assert_eq!(node.get(&key).as_deref(), Some(&b"foreign"[..]));
+    }
+    for node in &nodes[3..] {
+        assert_eq!(node.get(&key), None, "the losing round was released");
+    }
+}
+
+/// `extend` and `unlock` never touch a key that holds another token: the
+/// failed extension leaves the other holder's key, and the guard reports the
+/// lock as lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_and_unlock_never_touch_a_foreign_key() {
+    let nodes = servers(5);
+    let redlock = builder(&nodes).build().unwrap();
+    let mut guard = redlock.try_lock("basics:taken", TTL).await.unwrap();
+    let key = guard.key().to_vec();
+    // Our keys vanished (say, expired) and another holder took them everywhere.
+    assert!(
+        eventually(Duration::from_secs(2), || holders(&nodes, &key)
+            .iter()
+            .all(Option::is_some))
+        .await
+    );
+    for node in &nodes {
+        node.set_px(&key, "other-holder", 5_000);
+    }
+
+    let err = guard.extend(TTL).await.unwrap_err();
+    assert!(
+        matches!(err.lost_reason(), Some(LostReason::ExtensionRefused { .. })),
+        "got {err}"
+    );
+    assert!(!guard.is_valid(), "a refused extension shows the lock lost");
+    assert_eq!(guard.remaining(), Duration::ZERO);
+    for node in &nodes {
+        assert_eq!(node.get(&key).as_deref(), Some(&b"other-holder"[..]));
+        let ttl = node.pttl(&key);
+        assert!(
+            ttl > 0 && ttl <= 5_000,
+            "the other holder's TTL is untouched: {ttl}"
+        );
+    }
+
+    assert_eq!(guard.unlock().await.unwrap(), Unlocked::Expired);
+    for node in &nodes {
+        assert_eq!(node.get(&key).as_deref(), Some(&b"other-holder"[..]));
+    }
+}
+
+/// `extend` keeps a lock past its first TTL; the remaining validity stays below
+/// the TTL and shrinks between extensions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_keeps_the_lock_past_its_first_ttl() {
+    let nodes = servers(5);
+    let redlock = builder(&nodes).build().unwrap();
+    let ttl = Duration::from_millis(600);
+    let mut guard = redlock.try_lock("basics:extend", ttl).await.unwrap();
+    let first_valid_until = guard.valid_until();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1500) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        guard.extend(ttl).await.unwrap();
+        let after = guard.remaining();
+        assert!(after < ttl, "remaining {after:?} must stay below the ttl");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(guard.remaining() < after, "remaining validity shrinks");
+    }
+    assert!(guard.valid_until() > first_valid_until + Duration::from_millis(900));
+    assert!(guard.extensions() >= 4);
+    // Still held on the nodes, past the first TTL.
+    let held = holders(&nodes, guard.key())
+        .iter()
+        .filter(|v| v.is_some())
+        .count();
+    assert!(held >= 3, "held on {held} nodes");
+    assert!(
+        redlock
+            .try_lock("basics:extend", ttl)
+            .await
+            .unwrap_err()
+            .is_contended()
+    );
+    assert_eq!(guard.unlock().await.unwrap(), Unlocked::Released);
+}
+
+/// A round that takes longer than the TTL (nodes slowed by `DEBUG SLEEP`)
+/// returns no guard, and releases what it set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_slower_than_the_ttl_returns_no_guard() {
+    let nodes = servers(3);
+    let redlock = quorlock::Redlock::builder(support::urls(&nodes))
+        .node_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    // Connect first, so the sleep below delays the round, not the handshake.
+    redlock
+        .try_lock("basics:warm", TTL)
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+
+    let sleepers: Vec<_> = nodes[..2]
+        .iter()
+        .map(|node| node.debug_sleep(0.4))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    let result = redlock
+        .try_lock("basics:slow", Duration::from_millis(200))
+        .await;
+    let elapsed = started.elapsed();
+    let err = result.unwrap_err();
+    assert!(matches!(err, Error::NoValidity { .. }), "got {err}");
+    assert!(
+        err.votes().unwrap().has_quorum(),
+        "the quorum granted, too late"
+    );
+    assert!(
+        elapsed >= Duration::from_millis(200),
+        "the round took {elapsed:?}"
+    );
+    for sleeper in sleepers {
+        sleeper.join().unwrap();
+    }
+    let key = redlock.key("basics:slow").unwrap();
+    assert!(
+        holders(&nodes, &key).iter().all(Option::is_none),
+        "released after the late round"
+    );
+}
+
+/// A guard dropped without `unlock` inside a runtime releases in the
+/// background: the key is gone from all nodes shortly after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_guard_releases_in_the_background() {
+    let nodes = servers(5);
+    let redlock = builder(&nodes).build().unwrap();
+    let guard = redlock.try_lock("basics:dropped", TTL).await.unwrap();
+    let key = guard.key().to_vec();
+    assert!(
+        eventually(Duration::from_secs(2), || holders(&nodes, &key)
+            .iter()
+            .all(Option::is_some))
+        .await
+    );
+    drop(guard);
+    assert!(
+        eventually(Duration::from_secs(2), || holders(&nodes, &key)
+            .iter()
+            .all(Option::is_none))
+        .await,
+        "the dropped guard's keys were released"
+    );
+    redlock
+        .try_lock("basics:dropped", TTL)
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+}
+
+/// `forget` leaves the keys to expire by their TTL instead of releasing them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forgotten_guard_leaves_the_key_to_expire() {
+    let nodes = servers(3);
+    let redlock = builder(&nodes).build().unwrap();
+    let guard = redlock
+        .try_lock("basics:forget", Duration::from_millis(500))
+        .await
+        .unwrap();
+    let key = guard.key().to_vec();
+    guard.forget();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(holders(&nodes, &key).iter().filter(|v| v.is_some()).count() >= 2);
+    assert!(
+        redlock
+            .try_lock("basics:forget", TTL)
+            .await
+            .unwrap_err()
+            .is_contended()
+    );
+    assert!(
+        eventually(Duration::from_secs(3), || holders(&nodes, &key)
+            .iter()
+            .all(Option::is_none))
+        .await
+    );
+    redlock
+        .try_lock("basics:forget", TTL)
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+}
+
+/// `lock` waits for a lock that another client releases, and gives up with a
+/// contention error once its retries are spent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_retries_until_the_holder_releases() {
+    let nodes = servers(3);
+    let redlock = builder(&nodes)
+        .retry_delay(Duration::from_millis(20))
+        .retry_jitter(Duration::from_millis(10))
+        .retry_count(100)
+        .build()
+        .unwrap();
+    let other = builder(&nodes)
+        .retry_count(2)
+        .retry_delay(Duration::from_millis(10))
+        .build()
+        .unwrap();
+    let guard = redlock.try_lock("basics:wait", TTL).await.unwrap();
+
+    let err = other.lock("basics:wait", TTL).await.unwrap_err();
+    match err {
+        Error::Contended { attempts, .. } => assert_eq!(attempts, 3),
+        other => panic!("expected contention, got {other}"),
+    }
+
+    let waiter = tokio::spawn({
+        let redlock = redlock.clone();
+        async move { redlock.lock("basics:wait", TTL).await }
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    guard.unlock().await.unwrap();
+    let second = waiter.await.unwrap().unwrap();
+    assert_eq!(second.unlock().await.unwrap(), Unlocked::Released);
+}
+
+/// A custom key prefix and binary (non-UTF-8) resource names are stored as given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_prefix_and_binary_resource_names() {
+    let nodes = servers(1);
+    let redlock = builder(&nodes).key_prefix("app:").build().unwrap();
+    let resource: &[u8] = &[0xff, 0x00, b'x', 0xfe];
+    let guard = redlock.try_lock(resource, TTL).await.unwrap();
+    assert_eq!(guard.key(), b"app:\xff\x00x\xfe");
+    assert!(nodes[0].get(guard.key()).is_some());
+    guard.unlock().await.unwrap();
+}

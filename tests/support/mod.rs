@@ -1,0 +1,286 @@
+//! Test support: real `redis-server` processes on free loopback ports, with the
+//! faults the tests inject (kill, SIGSTOP/SIGCONT, restart on the same port).
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+
+const INSTALL_HINT: &str = "redis-server was not found on PATH. Install it with \
+`apt-get update && apt-get install -y redis-server` (or run scripts/test.sh, which installs it)";
+
+/// One `redis-server` process owned by a test. Killed when dropped.
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    extra_args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server on a free loopback port, waiting until it answers PING.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra command-line arguments (`["--requirepass", "x"]`).
+    pub fn start_with(extra_args: &[&str]) -> Self {
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            let mut server = Self::on_port(free_port(), extra_args);
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(err) => last_error = err,
+            }
+        }
+        panic!("could not start redis-server: {last_error}");
+    }
+
+    /// A server on a reserved free port that is not started yet
+    /// (for "node down at build time").
+    pub fn reserved() -> Self {
+        Self::on_port(free_port(), &[])
+    }
+
+    fn on_port(port: u16, extra_args: &[&str]) -> Self {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "quorlock-test-{}-{}-{}",
+            std::process::id(),
+            port,
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        RedisServer {
+            port,
+            dir,
+            extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
+            child: None,
+        }
+    }
+
+    /// Starts (or restarts, on the same port) the process and waits until it answers.
+    pub fn spawn(&mut self) -> Result<(), String> {
+        assert!(self.child.is_none(), "server already running");
+        std::fs::create_dir_all(&self.dir).map_err(|err| err.to_string())?;
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--enable-debug-command", "yes"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.extra_args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let mut child = match child {
+            Ok(child) => child,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
+            Err(err) => return Err(format!("spawn redis-server: {err}")),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!(
+                    "redis-server on port {} exited: {status}",
+                    self.port
+                ));
+            }
+            if self.answers_ping() {
+                self.child = Some(child);
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("redis-server on port {} did not answer", self.port));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn answers_ping(&self) -> bool {
+        let Ok(stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+        use std::io::{Read, Write};
+        let mut stream = stream;
+        if stream.write_all(b"PING\r\n").is_err() {
+            return false;
+        }
+        let mut reply = [0u8; 64];
+        // "+PONG" normally; "-NOAUTH" from a server that wants a password is up too.
+        matches!(stream.read(&mut reply), Ok(n) if n > 0)
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// A synchronous connection for inspecting and seeding keys.
+    pub fn connection(&self) -> redis::Connection {
+        let client = redis::Client::open(self.url()).expect("test url");
+        client
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|err| panic!("connect to test server {}: {err}", self.port))
+    }
+
+    /// The value stored at `key`, if any.
+    pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.connection().get(key).expect("GET")
+    }
+
+    /// Sets `key` to `value` with a TTL, as another client holding the lock would.
+    pub fn set_px(&self, key: &[u8], value: &str, ttl_ms: u64) {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .arg("PX")
+            .arg(ttl_ms)
+            .query(&mut self.connection())
+            .expect("SET");
+    }
+
+    /// The remaining TTL of `key` in milliseconds (-2 absent, -1 no TTL).
+    pub fn pttl(&self, key: &[u8]) -> i64 {
+        self.connection().pttl(key).expect("PTTL")
+    }
+
+    /// Makes the server sleep for `seconds` (it answers nothing meanwhile),
+    /// from a background thread.
+    pub fn debug_sleep(&self, seconds: f64) -> std::thread::JoinHandle<()> {
+        let mut connection = self.connection();
+        std::thread::spawn(move || {
+            let _: redis::RedisResult<()> = redis::cmd("DEBUG")
+                .arg("SLEEP")
+                .arg(seconds)
+                .query(&mut connection);
+        })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server not running").id()
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    /// Freezes the process (SIGSTOP): it keeps its socket but answers nothing.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Thaws a frozen process (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    /// Kills the process (SIGKILL) and waits for it; its data is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the process and starts a fresh, empty one on the same port.
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(err) if Instant::now() > deadline => panic!("restart failed: {err}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// Whether the process is running.
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            // A frozen process must be thawed to die promptly on some kernels.
+            let _ = Command::new("kill")
+                .arg("-CONT")
+                .arg(self.pid().to_string())
+                .status();
+        }
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A free loopback port, as the kernel hands it out.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("bind a free loopback port")
+}
+
+/// `n` independent servers.
+pub fn servers(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| RedisServer::start()).collect()
+}
+
+/// The URLs of `servers`.
+pub fn urls(servers: &[RedisServer]) -> Vec<String> {
+    servers.iter().map(RedisServer::url).collect()
+}
+
+/// A builder over `servers` with options suited to tests on a loaded 2-core
+/// machine: a per-node timeout generous enough not to fire spuriously.
+pub fn builder(servers: &[RedisServer]) -> quorlock::RedlockBuilder {
+    quorlock::Redlock::builder(urls(servers)).node_timeout(Duration::from_millis(200))
+}
+
+/// How many servers hold `key` with exactly `token`-like value `value`.
+pub fn holders(servers: &[RedisServer], key: &[u8]) -> Vec<Option<Vec<u8>>> {
+    servers
+        .iter()
+        .map(|server| {
+            if server.is_running() {
+                server.get(key)
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// Waits until `condition` holds, checking every 10 ms, for at most `limit`.
+pub async fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
