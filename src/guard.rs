@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::error::{Error, LostReason, NodeError, Result};
-use crate::redlock::{Inner, Round, Ttl, show_resource};
+use crate::redlock::{Inner, Ttl, show_resource};
+use crate::round::{Answer, Round, Until};
 
 /// How a successful [`LockGuard::unlock`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,9 +96,18 @@ impl LockGuard {
         self.valid_until = start + (self.ttl.ttl - self.ttl.drift);
     }
 
-    /// Releases a round that did not win, on every node, and disarms the guard.
-    pub(crate) async fn release_failed_round(mut self) {
-        self.inner.release_round(&self.key, &self.token).await;
+    /// Releases a round that did not win. The release goes to every node (a
+    /// SET that timed out may still land), and this returns once the nodes
+    /// that granted have answered the release (each bounded by the per-node
+    /// timeout); the others answer in the background. Disarms the guard.
+    pub(crate) async fn release_failed_round(mut self, answers: &[Answer]) {
+        let awaited = answers
+            .iter()
+            .map(|answer| *answer == Answer::Granted)
+            .collect();
+        self.inner
+            .release_round(&self.key, &self.token, Until::Answered(awaited))
+            .await;
         self.armed = false;
     }
 
@@ -190,11 +200,12 @@ impl LockGuard {
     /// Takes in an extension round that started at `start`.
     fn apply_extension(
         &mut self,
-        round: Round,
+        mut round: Round,
         start: Instant,
         ttl: Ttl,
     ) -> std::result::Result<(), (LostReason, Option<NodeError>)> {
-        let Round { votes, last_error } = round;
+        let votes = round.votes;
+        let last_error = round.last_error.take();
         let finished = Instant::now();
         tracing::debug!(
             granted = votes.granted,
@@ -244,11 +255,13 @@ impl LockGuard {
     /// in the background; the lock is released either way (or expires).
     pub async fn unlock(mut self) -> Result<Unlocked> {
         let span = tracing::debug_span!("quorlock.unlock", resource = %self.shown_resource());
-        let Round { votes, last_error } = self
+        let mut round = self
             .inner
-            .release_round(&self.key, &self.token)
+            .release_round(&self.key, &self.token, Until::Decided)
             .instrument(span.clone())
             .await;
+        let votes = round.votes;
+        let last_error = round.last_error.take();
         self.armed = false;
         span.in_scope(|| {
             tracing::debug!(
@@ -381,7 +394,7 @@ impl Drop for LockGuard {
                 let key = self.key.clone();
                 let token = self.token.clone();
                 runtime.spawn(async move {
-                    inner.release_round(&key, &token).await;
+                    inner.release_round(&key, &token, Until::Decided).await;
                 });
             }
             Err(_) => tracing::warn!(

@@ -15,7 +15,8 @@
 //!   [`run`](LockGuard::run), the timeout guard that cancels work when the lock
 //!   is lost.
 //! - `quorum.rs`: the pure arithmetic (quorum, drift, validity, jitter) and
-//!   [`Votes`]; `node.rs`: one node's connection and calls; `scripts.rs`: the Lua.
+//!   [`Votes`]; `round.rs`: one parallel round to all nodes; `node.rs`: one
+//!   node's connection and calls; `scripts.rs`: the Lua.
 //! - [`enum@Error`] (`error.rs`): one error type, with [`Votes`],
 //!   [`LostReason`] and [`NodeError`].
 //!
@@ -101,6 +102,7 @@ mod guard;
 mod node;
 mod quorum;
 mod redlock;
+mod round;
 mod scripts;
 
 pub use builder::{

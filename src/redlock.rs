@@ -4,8 +4,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
 use rand::Rng;
 use redis::Client;
 use tracing::Instrument;
@@ -14,7 +12,8 @@ use crate::builder::{Config, RedlockBuilder};
 use crate::error::{Error, NodeError, Result};
 use crate::guard::LockGuard;
 use crate::node::Node;
-use crate::quorum::{self, MAX_TTL, Votes};
+use crate::quorum::{self, MAX_TTL};
+use crate::round::{Round, Until};
 
 /// The longest resource name accepted, in bytes.
 pub const MAX_RESOURCE_LEN: usize = 64 * 1024;
@@ -55,14 +54,6 @@ pub struct Redlock {
 pub(crate) struct Inner {
     pub(crate) nodes: Vec<Node>,
     pub(crate) config: Config,
-}
-
-/// The outcome of one round to all nodes.
-#[derive(Debug)]
-pub(crate) struct Round {
-    pub(crate) votes: Votes,
-    /// The last error a node answered with, if any.
-    pub(crate) last_error: Option<NodeError>,
 }
 
 /// A TTL checked against the limits, in whole milliseconds, with its drift allowance.
@@ -259,39 +250,14 @@ impl Inner {
         Ok(key.into())
     }
 
-    /// Sends one call per node and tallies the answers. With `stop_when_decided`
-    /// it returns as soon as the outcome is known; calls still under way then
-    /// finish in the background (so that every node receives its request).
-    pub(crate) async fn round<Fut>(
-        &self,
-        calls: impl IntoIterator<Item = Fut>,
-        stop_when_decided: bool,
-    ) -> Round
+    /// Runs a round of `calls` until `until` holds.
+    async fn round<Fut>(&self, calls: impl ExactSizeIterator<Item = Fut>, until: Until) -> Round
     where
         Fut: Future<Output = std::result::Result<bool, NodeError>> + Send + 'static,
     {
-        let mut pending: FuturesUnordered<Fut> = calls.into_iter().collect();
-        let mut votes = Votes::new(self.nodes.len());
-        let mut last_error = None;
-        while let Some(answer) = pending.next().await {
-            match answer {
-                Ok(granted) => votes.record(Some(granted)),
-                Err(err) => {
-                    tracing::trace!(error = %err, "node failed");
-                    votes.record(None);
-                    last_error = Some(err);
-                }
-            }
-            if stop_when_decided && votes.is_decided() {
-                break;
-            }
-        }
-        if !pending.is_empty() {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(pending.for_each(|_| async {}));
-            }
-        }
-        Round { votes, last_error }
+        let mut round = Round::start(calls);
+        round.collect(until).await;
+        round
     }
 
     /// `SET NX PX` on every node; decided early.
@@ -300,7 +266,7 @@ impl Inner {
             .nodes
             .iter()
             .map(|node| node.set_nx(key.clone(), token.clone(), ttl.millis));
-        self.round(calls, true).await
+        self.round(calls, Until::Decided).await
     }
 
     /// The extend script on every node; decided early.
@@ -309,17 +275,22 @@ impl Inner {
             .nodes
             .iter()
             .map(|node| node.extend(key.clone(), token.clone(), ttl.millis));
-        self.round(calls, true).await
+        self.round(calls, Until::Decided).await
     }
 
-    /// The release script on every node; waits for every answer (each bounded
-    /// by the per-node timeout).
-    pub(crate) async fn release_round(&self, key: &Arc<[u8]>, token: &Arc<str>) -> Round {
+    /// The release script, sent to every node. Returns when `until` says so;
+    /// the other nodes get the request in the background.
+    pub(crate) async fn release_round(
+        &self,
+        key: &Arc<[u8]>,
+        token: &Arc<str>,
+        until: Until,
+    ) -> Round {
         let calls = self
             .nodes
             .iter()
             .map(|node| node.release(key.clone(), token.clone()));
-        self.round(calls, false).await
+        self.round(calls, until).await
     }
 
     /// The acquire loop behind `lock` (`retries` > 0) and `try_lock` (0).
@@ -346,7 +317,7 @@ impl Inner {
                 let mut guard =
                     LockGuard::new(self.clone(), key.clone(), resource.len(), new_token(), ttl);
                 let start = Instant::now();
-                let round = self.acquire_round(&key, guard.token(), ttl).await;
+                let mut round = self.acquire_round(&key, guard.token(), ttl).await;
                 let elapsed = start.elapsed();
                 tracing::debug!(
                     attempt,
@@ -362,7 +333,10 @@ impl Inner {
                     guard.mark_acquired(start);
                     return Ok(guard);
                 }
-                guard.release_failed_round().await;
+                // Every node answers (or times out) before the release, so that
+                // no SET of this round can land after the release reached its node.
+                round.collect(Until::All).await;
+                guard.release_failed_round(&round.answers).await;
                 let failure = acquire_failure(&shown, round, elapsed, attempt);
                 if attempt > retries {
                     return Err(failure);
@@ -382,8 +356,9 @@ impl Inner {
 }
 
 /// The error for a failed acquire round.
-fn acquire_failure(shown: &str, round: Round, elapsed: Duration, attempts: u32) -> Error {
-    let Round { votes, last_error } = round;
+fn acquire_failure(shown: &str, mut round: Round, elapsed: Duration, attempts: u32) -> Error {
+    let votes = round.votes;
+    let last_error = round.last_error.take();
     let resource = shown.to_owned();
     if votes.has_quorum() {
         Error::NoValidity {

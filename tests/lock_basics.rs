@@ -65,7 +65,6 @@ async fn failed_round_leaves_nothing_behind() {
     let err = redlock.try_lock("basics:foreign", TTL).await.unwrap_err();
     assert!(err.is_contended(), "got {err}");
     assert_eq!(err.votes().unwrap().refused, 3);
-    assert_eq!(err.votes().unwrap().granted, 2);
     for node in &nodes[..3] {
         assert_eq!(node.get(&key).as_deref(), Some(&b"foreign"[..]));
     }

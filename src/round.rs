@@ -1,0 +1,132 @@
+//! One round: a call to every node in parallel, tallied into [`Votes`] as the
+//! answers arrive, ended as soon as the caller's condition holds.
+//!
+//! Calls still under way when a round ends are not dropped (the `redis` crate
+//! may skip a queued request whose future was dropped): they finish in the
+//! background, so every node receives its request.
+
+use std::future::Future;
+
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+
+use crate::error::NodeError;
+use crate::quorum::Votes;
+
+/// One node's answer in a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// The round ended before this node answered.
+    Pending,
+    /// The node did what was asked (set, extended or deleted our key).
+    Granted,
+    /// The node answered no.
+    Refused,
+    /// An error or no answer within the per-node timeout.
+    Failed,
+}
+
+/// When a round stops waiting for answers.
+#[derive(Debug)]
+pub(crate) enum Until {
+    /// As soon as the outcome is known: a quorum granted, or no longer can.
+    Decided,
+    /// Once every node marked `true` answered (or timed out).
+    Answered(Vec<bool>),
+    /// Once every node answered (or timed out).
+    All,
+}
+
+type Call = BoxFuture<'static, (usize, Result<bool, NodeError>)>;
+
+/// A round under way or ended. Dropping it leaves its remaining calls to
+/// finish in the background.
+pub(crate) struct Round {
+    /// The tally so far.
+    pub(crate) votes: Votes,
+    /// Each node's answer so far, by index.
+    pub(crate) answers: Vec<Answer>,
+    /// The last error a node answered with, if any.
+    pub(crate) last_error: Option<NodeError>,
+    pending: FuturesUnordered<Call>,
+}
+
+impl Round {
+    /// Starts one call per node (in node order); they run as the round is awaited.
+    pub(crate) fn start<Fut>(calls: impl ExactSizeIterator<Item = Fut>) -> Round
+    where
+        Fut: Future<Output = Result<bool, NodeError>> + Send + 'static,
+    {
+        let nodes = calls.len();
+        let pending = calls
+            .enumerate()
+            .map(|(index, call)| call.map(move |answer| (index, answer)).boxed())
+            .collect();
+        Round {
+            votes: Votes::new(nodes),
+            answers: vec![Answer::Pending; nodes],
+            last_error: None,
+            pending,
+        }
+    }
+
+    /// Tallies answers until `until` holds or every node has answered.
+    pub(crate) async fn collect(&mut self, until: Until) {
+        while !self.is_over(&until) {
+            let Some((index, answer)) = self.pending.next().await else {
+                return;
+            };
+            match answer {
+                Ok(granted) => {
+                    self.votes.record(Some(granted));
+                    self.answers[index] = if granted {
+                        Answer::Granted
+                    } else {
+                        Answer::Refused
+                    };
+                }
+                Err(err) => {
+                    tracing::trace!(error = %err, "node failed");
+                    self.votes.record(None);
+                    self.answers[index] = Answer::Failed;
+                    self.last_error = Some(err);
+                }
+            }
+        }
+    }
+
+    fn is_over(&self, until: &Until) -> bool {
+        match until {
+            Until::Decided => self.votes.is_decided(),
+            Until::Answered(nodes) => self
+                .answers
+                .iter()
+                .zip(nodes)
+                .all(|(answer, &wait)| !wait || *answer != Answer::Pending),
+            Until::All => self.pending.is_empty(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Round {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Round")
+            .field("votes", &self.votes)
+            .field("answers", &self.answers)
+            .field("pending", &self.pending.len())
+            .finish()
+    }
+}
+
+impl Drop for Round {
+    fn drop(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let pending = std::mem::take(&mut self.pending);
+            runtime.spawn(pending.for_each(|_| async {}));
+        }
+    }
+}
