@@ -123,6 +123,10 @@ pub enum Error {
         source: Option<NodeError>,
     },
 
+    /// Called outside a tokio runtime: quorlock's I/O and timers need one.
+    #[error("no tokio runtime: quorlock must be used within a tokio runtime")]
+    NoRuntime,
+
     /// `unlock` could not confirm the release: too few nodes answered. Keys left
     /// on the nodes that did not answer expire by their TTL.
     #[error("release of {resource} unconfirmed: {votes}")]
@@ -138,6 +142,13 @@ pub enum Error {
 }
 
 impl Error {
+    /// [`Error::NoRuntime`] unless called within a tokio runtime.
+    pub(crate) fn ensure_runtime() -> Result<()> {
+        tokio::runtime::Handle::try_current()
+            .map(drop)
+            .map_err(|_| Error::NoRuntime)
+    }
+
     /// Whether the lock is held elsewhere ([`Error::Contended`]).
     pub fn is_contended(&self) -> bool {
         matches!(self, Error::Contended { .. })

@@ -183,6 +183,7 @@ impl LockGuard {
     /// longer on those nodes.
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
         let ttl = self.inner.check_ttl(ttl)?;
+        Error::ensure_runtime()?;
         let span = tracing::debug_span!("quorlock.extend", resource = %self.shown_resource(), ttl_ms = ttl.millis);
         if self.lost || Instant::now() >= self.valid_until {
             return Err(self.lost_error(LostReason::Expired, None));
@@ -254,6 +255,7 @@ impl LockGuard {
     /// If dropped before it finishes, the guard's Drop sends the release again
     /// in the background; the lock is released either way (or expires).
     pub async fn unlock(mut self) -> Result<Unlocked> {
+        Error::ensure_runtime()?;
         let span = tracing::debug_span!("quorlock.unlock", resource = %self.shown_resource());
         let mut round = self
             .inner
@@ -322,6 +324,7 @@ impl LockGuard {
     /// Dropping this future drops `work`; the guard stays held with the
     /// validity of its last successful extension.
     pub async fn run<F: Future>(&mut self, work: F) -> Result<F::Output> {
+        Error::ensure_runtime()?;
         type Extension = Pin<Box<dyn Future<Output = (Round, Instant)> + Send>>;
         let mut work = pin!(work);
         let auto_extend = self.inner.config.auto_extend;

@@ -302,6 +302,7 @@ impl Inner {
     ) -> Result<LockGuard> {
         let key = self.key_for(resource)?;
         let ttl = self.check_ttl(ttl)?;
+        Error::ensure_runtime()?;
         let shown = show_resource(resource);
         let deadline = self
             .config

@@ -1,0 +1,77 @@
+//! Observability: tracing spans and events name the resource, never the token.
+
+mod support;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use support::{builder, servers};
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Everything quorlock logs at TRACE level during lock, contention, extend,
+/// a failed node and unlock carries the resource name but never the token.
+/// (One thread, so that background tasks log into the captured subscriber too.)
+#[tokio::test(flavor = "current_thread")]
+async fn logs_name_the_resource_and_never_the_token() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let mut nodes = servers(3);
+    let redlock = builder(&nodes).build().unwrap();
+    let mut guard = redlock
+        .lock("observed:resource", Duration::from_secs(5))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let token = String::from_utf8(nodes[0].get(guard.key()).unwrap()).unwrap();
+    assert!(
+        redlock
+            .try_lock("observed:resource", Duration::from_secs(5))
+            .await
+            .is_err()
+    );
+    nodes[2].kill();
+    guard.extend(Duration::from_secs(5)).await.unwrap();
+    let debug = format!("{guard:?}");
+    guard.unlock().await.unwrap();
+
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        logs.contains("observed:resource"),
+        "logs name the resource:\n{logs}"
+    );
+    assert!(logs.contains("acquire round") && logs.contains("release round"));
+    assert!(
+        logs.contains("node failed"),
+        "the failed node is traced:\n{logs}"
+    );
+    for text in [&logs, &debug] {
+        assert!(!text.contains(&token), "the token leaked:\n{text}");
+        // Not even a recognisable part of it.
+        for part in token.as_bytes().chunks(12) {
+            let part = std::str::from_utf8(part).unwrap();
+            if part.len() == 12 {
+                assert!(!text.contains(part), "part of the token leaked:\n{text}");
+            }
+        }
+    }
+}

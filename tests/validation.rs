@@ -1,0 +1,212 @@
+//! Validation: bad options and bad input get typed errors, never a panic, and
+//! never disturb a lock already held.
+
+mod support;
+
+use std::time::Duration;
+
+use quorlock::{Error, MAX_RESOURCE_LEN, Redlock};
+use support::{RedisServer, builder, servers};
+
+const URL: &str = "redis://127.0.0.1:6390";
+
+/// An empty node list is refused.
+#[test]
+fn no_nodes_is_refused() {
+    let err = Redlock::new(Vec::<String>::new()).unwrap_err();
+    assert!(matches!(err, Error::NoNodes), "got {err}");
+    let err = Redlock::from_clients(Vec::new()).unwrap_err();
+    assert!(matches!(err, Error::NoNodes));
+    assert!(err.is_invalid_input());
+}
+
+/// Unparsable URLs, unknown schemes and port 0 are refused, with any password masked.
+#[test]
+fn bad_urls_are_refused_with_the_password_masked() {
+    for url in [
+        "not a url",
+        "http://127.0.0.1:6379",
+        "redis://:hunter2@127.0.0.1:notaport",
+        "redis://127.0.0.1:0",
+        "",
+    ] {
+        let err = Redlock::new([URL, url]).unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidUrl { .. }),
+            "{url:?} gave {err}"
+        );
+        assert!(
+            !err.to_string().contains("hunter2"),
+            "password shown: {err}"
+        );
+    }
+}
+
+/// A drift factor outside [0, 1), or NaN, is refused.
+#[test]
+fn drift_factor_outside_zero_one_is_refused() {
+    for factor in [-0.1, 1.0, 1.5, f64::NAN, f64::INFINITY] {
+        let err = Redlock::builder([URL])
+            .drift_factor(factor)
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidDriftFactor { .. }),
+            "{factor} gave {err}"
+        );
+    }
+    assert!(Redlock::builder([URL]).drift_factor(0.0).build().is_ok());
+    assert!(Redlock::builder([URL]).drift_factor(0.5).build().is_ok());
+}
+
+/// Out-of-range timing options are refused.
+#[test]
+fn out_of_range_timings_are_refused() {
+    let err = Redlock::builder([URL])
+        .node_timeout(Duration::ZERO)
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidOption {
+                option: "node_timeout",
+                ..
+            }
+        ),
+        "got {err}"
+    );
+    let err = Redlock::builder([URL])
+        .retry_delay(Duration::MAX)
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidOption {
+                option: "retry_delay",
+                ..
+            }
+        ),
+        "got {err}"
+    );
+    // Huge retry counts and zero are fine.
+    assert!(
+        Redlock::builder([URL])
+            .retry_count(u32::MAX)
+            .build()
+            .is_ok()
+    );
+    assert!(Redlock::builder([URL]).retry_count(0).build().is_ok());
+}
+
+/// TTLs of zero, too short to leave validity, or absurdly long are refused
+/// before any round; a lock already held is unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_ttls_are_refused_and_held_locks_are_unaffected() {
+    let nodes = servers(3);
+    let redlock = builder(&nodes).build().unwrap();
+    let mut held = redlock
+        .lock("validation:held", Duration::from_secs(10))
+        .await
+        .unwrap();
+    for ttl in [
+        Duration::ZERO,
+        Duration::from_micros(999),
+        Duration::from_millis(1),
+        Duration::from_millis(2),
+        Duration::from_millis(u64::MAX),
+        Duration::MAX,
+    ] {
+        for result in [
+            redlock.lock("validation:ttl", ttl).await.map(drop),
+            redlock.try_lock("validation:ttl", ttl).await.map(drop),
+            redlock.with_lock("validation:ttl", ttl, async {}).await,
+            held.extend(ttl).await,
+        ] {
+            let err = result.unwrap_err();
+            assert!(
+                matches!(err, Error::InvalidTtl { .. }),
+                "{ttl:?} gave {err}"
+            );
+        }
+    }
+    // 3 ms is the shortest TTL that leaves validity with the default drift.
+    redlock
+        .try_lock("validation:ttl", Duration::from_millis(3))
+        .await
+        .map(drop)
+        .ok();
+    assert!(held.is_valid());
+    held.extend(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(held.unlock().await.unwrap(), quorlock::Unlocked::Released);
+}
+
+/// Empty and oversized resource names are refused; the longest allowed and
+/// binary names work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_resource_names_are_refused() {
+    let server = RedisServer::start();
+    let redlock = builder(std::slice::from_ref(&server)).build().unwrap();
+    let ttl = Duration::from_secs(5);
+    let huge = vec![b'x'; 1024 * 1024];
+    for name in [&b""[..], &huge[..], &huge[..MAX_RESOURCE_LEN + 1]] {
+        let err = redlock.try_lock(name, ttl).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidResource { .. }), "got {err}");
+        assert!(
+            err.to_string().len() < 200,
+            "the message does not repeat the name"
+        );
+        assert!(matches!(
+            redlock.lock(name, ttl).await,
+            Err(Error::InvalidResource { .. })
+        ));
+        assert!(matches!(
+            redlock.key(name),
+            Err(Error::InvalidResource { .. })
+        ));
+    }
+    let longest = redlock
+        .try_lock(&huge[..MAX_RESOURCE_LEN], ttl)
+        .await
+        .unwrap();
+    longest.unlock().await.unwrap();
+}
+
+/// Used outside a tokio runtime, the client reports an error instead of panicking.
+#[test]
+fn outside_a_runtime_the_error_says_so() {
+    let redlock = Redlock::new([URL]).unwrap();
+    let ttl = Duration::from_secs(1);
+    let results = futures::executor::block_on(async {
+        [
+            redlock.try_lock("validation:rt", ttl).await.map(drop),
+            redlock.lock("validation:rt", ttl).await.map(drop),
+            redlock.with_lock("validation:rt", ttl, async {}).await,
+        ]
+    });
+    for result in results {
+        let err = result.unwrap_err();
+        assert!(matches!(err, Error::NoRuntime), "got {err}");
+        assert!(err.to_string().contains("tokio runtime"));
+    }
+}
+
+/// Unlocking and extending a guard whose key was deleted by hand: a typed
+/// outcome, no panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_whose_key_was_deleted_by_hand() {
+    let nodes = servers(3);
+    let redlock = builder(&nodes).build().unwrap();
+    let mut guard = redlock
+        .try_lock("validation:deleted", Duration::from_secs(10))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for node in &nodes {
+        let _: () = redis::Commands::del(&mut node.connection(), guard.key()).unwrap();
+    }
+    let err = guard.extend(Duration::from_secs(10)).await.unwrap_err();
+    assert!(err.is_lock_lost(), "got {err}");
+    assert_eq!(guard.unlock().await.unwrap(), quorlock::Unlocked::Expired);
+}
