@@ -270,7 +270,7 @@ impl RedlockBuilder {
             .into_iter()
             .map(|client| Node::new(client, config.node_timeout))
             .collect();
-        if nodes.len() % 2 == 0 {
+        if nodes.len().is_multiple_of(2) {
             tracing::warn!(
                 nodes = nodes.len(),
                 quorum = quorum::quorum(nodes.len()),

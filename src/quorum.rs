@@ -26,7 +26,18 @@ pub(crate) fn quorum(nodes: usize) -> usize {
 ///
 /// `drift_factor` must already be validated to lie in `[0, 1)`.
 pub(crate) fn drift(ttl: Duration, drift_factor: f64) -> Duration {
-    ttl.mul_f64(drift_factor).saturating_add(DRIFT_FLOOR)
+    fraction(ttl, drift_factor).saturating_add(DRIFT_FLOOR)
+}
+
+/// `duration * factor` for a factor in `[0, 1]`, never panicking: the result
+/// is clamped to `[0, duration]`. Float rounding near `Duration::MAX` gives
+/// `duration`; a NaN factor gives zero.
+fn fraction(duration: Duration, factor: f64) -> Duration {
+    match Duration::try_from_secs_f64(duration.as_secs_f64() * factor) {
+        Ok(part) => part.min(duration),
+        Err(_) if factor > 0.5 => duration,
+        Err(_) => Duration::ZERO,
+    }
 }
 
 /// The validity left after a round: `ttl - elapsed - drift`, or `None` when
@@ -53,7 +64,7 @@ pub(crate) fn jittered(base: Duration, jitter: Duration, unit: f64) -> Duration 
     };
     let low = base.saturating_sub(jitter);
     let high = base.saturating_add(jitter);
-    low.saturating_add((high - low).mul_f64(unit))
+    low.saturating_add(fraction(high - low, unit))
 }
 
 /// The tally of one round: how many nodes granted the request, refused it, or
@@ -158,6 +169,12 @@ mod tests {
     fn drift_is_proportional_plus_two_ms() {
         assert_eq!(drift(Duration::from_secs(10), 0.01), 102 * MS);
         assert_eq!(drift(Duration::from_secs(10), 0.0), 2 * MS);
+        assert!(drift(MAX_TTL, 0.999) < MAX_TTL);
+        assert!(
+            drift(Duration::MAX, 0.999) > MAX_TTL,
+            "no panic near Duration::MAX"
+        );
+        assert_eq!(drift(Duration::from_secs(1), f64::NAN), 2 * MS);
     }
 
     #[test]

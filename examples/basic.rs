@@ -1,0 +1,70 @@
+//! Lock, unlock and `with_lock` against the Redis nodes named on the command
+//! line (or in `QUORLOCK_NODES`, comma-separated).
+//!
+//! ```text
+//! cargo run --example basic -- redis://127.0.0.1:7001 redis://127.0.0.1:7002 redis://127.0.0.1:7003
+//! ```
+
+use std::time::Duration;
+
+use quorlock::{Redlock, Unlocked};
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut urls: Vec<String> = std::env::args().skip(1).collect();
+    if urls.is_empty() {
+        urls = std::env::var("QUORLOCK_NODES")
+            .unwrap_or_default()
+            .split(',')
+            .filter(|url| !url.is_empty())
+            .map(str::to_owned)
+            .collect();
+    }
+    if urls.is_empty() {
+        eprintln!("usage: basic REDIS_URL [REDIS_URL...]   (or set QUORLOCK_NODES)");
+        std::process::exit(2);
+    }
+
+    let redlock = Redlock::builder(&urls)
+        .acquire_timeout(Duration::from_secs(5))
+        .build()?;
+    println!(
+        "{} node(s), quorum {}",
+        redlock.node_count(),
+        redlock.quorum()
+    );
+
+    // 1. Lock, work, unlock.
+    let guard = redlock
+        .lock("example:invoice-7", Duration::from_secs(10))
+        .await?;
+    println!(
+        "locked {:?}, valid for {:?}",
+        String::from_utf8_lossy(guard.resource()),
+        guard.remaining()
+    );
+    // A second client cannot take it meanwhile.
+    match redlock
+        .try_lock("example:invoice-7", Duration::from_secs(10))
+        .await
+    {
+        Err(err) if err.is_contended() => println!("second try_lock: {err}"),
+        other => println!("second try_lock: unexpected {other:?}"),
+    }
+    match guard.unlock().await? {
+        Unlocked::Released => println!("released"),
+        Unlocked::Expired => println!("it had expired before the release"),
+        _ => println!("released (other outcome)"),
+    }
+
+    // 2. Work longer than the TTL under `with_lock`: the lock is extended
+    //    while it runs, and the work is cancelled if the lock is lost.
+    let total = redlock
+        .with_lock("example:report", Duration::from_millis(500), async {
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+            21 * 2
+        })
+        .await?;
+    println!("with_lock returned {total} after outliving its 500 ms TTL");
+    Ok(())
+}
