@@ -22,6 +22,7 @@ tmp=$(mktemp -d)
 pids=()
 cleanup() {
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
     rm -rf "$tmp"
 }
 trap cleanup EXIT
