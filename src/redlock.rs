@@ -312,7 +312,7 @@ impl Inner {
         async move {
             let mut attempt: u32 = 0;
             loop {
-                attempt += 1;
+                attempt = attempt.saturating_add(1);
                 // The guard exists before the round so that, if this future is
                 // dropped mid-round, its Drop releases whatever the round set.
                 let mut guard =
