@@ -55,7 +55,10 @@ async fn with_lock_returns_the_output_and_releases() {
         .unwrap();
     assert_eq!(output, 42);
     assert!(
-        holders(&nodes, &key).iter().all(Option::is_none),
+        eventually(Duration::from_secs(1), || holders(&nodes, &key)
+            .iter()
+            .all(Option::is_none))
+        .await,
         "released after the work"
     );
 }
