@@ -17,6 +17,7 @@
 //! - `quorum.rs`: the pure arithmetic (quorum, drift, validity, jitter) and
 //!   [`Votes`]; `round.rs`: one parallel round to all nodes; `node.rs`: one
 //!   node's connection and calls; `scripts.rs`: the Lua.
+//! - [`LockStatus`] (`status.rs`): what each node holds, for operators.
 //! - [`enum@Error`] (`error.rs`): one error type, with [`Votes`],
 //!   [`LostReason`] and [`NodeError`].
 //!
@@ -104,6 +105,7 @@ mod quorum;
 mod redlock;
 mod round;
 mod scripts;
+mod status;
 
 pub use builder::{
     DEFAULT_DRIFT_FACTOR, DEFAULT_KEY_PREFIX, DEFAULT_MAX_HOLD, DEFAULT_NODE_TIMEOUT,
@@ -113,6 +115,7 @@ pub use error::{Error, LostReason, NodeError, NodeErrorKind, Result};
 pub use guard::{LockGuard, Unlocked};
 pub use quorum::{MAX_TTL, Votes};
 pub use redlock::{MAX_RESOURCE_LEN, Redlock};
+pub use status::{LockStatus, NodeState, NodeStatus, TOKEN_PREFIX_LEN};
 
 #[cfg(test)]
 mod bounds {

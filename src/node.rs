@@ -2,6 +2,8 @@
 //! and the three lock operations, each bounded by the per-node timeout.
 
 use std::future::Future;
+
+use futures::FutureExt;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -133,6 +135,30 @@ impl Node {
         token: Arc<str>,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
         self.script(&scripts::RELEASE, key, token, None)
+    }
+
+    /// The holder's token and remaining TTL (ms) of `key`, or `None` when absent.
+    pub(crate) fn inspect(
+        &self,
+        key: Arc<[u8]>,
+    ) -> impl Future<Output = Result<Option<(String, i64)>, NodeError>> + Send + 'static {
+        let call = self.bounded(move |mut connection| async move {
+            scripts::INSPECT
+                .key(&*key)
+                .invoke_async::<Option<(Vec<u8>, i64)>>(&mut connection)
+                .await
+        });
+        // A foreign value need not be UTF-8; ours always is.
+        call.map(|answer| {
+            answer.map(|held| {
+                held.map(|(token, pttl)| (String::from_utf8_lossy(&token).into_owned(), pttl))
+            })
+        })
+    }
+
+    /// `host:port` of this node.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
     }
 
     fn script(

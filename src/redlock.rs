@@ -14,6 +14,8 @@ use crate::guard::LockGuard;
 use crate::node::Node;
 use crate::quorum::{self, MAX_TTL};
 use crate::round::{Round, Until};
+use crate::status::LockStatus;
+use futures::FutureExt;
 
 /// The longest resource name accepted, in bytes.
 pub const MAX_RESOURCE_LEN: usize = 64 * 1024;
@@ -129,6 +131,28 @@ impl Redlock {
     /// [`MAX_RESOURCE_LEN`].
     pub fn key(&self, resource: impl AsRef<[u8]>) -> Result<Vec<u8>> {
         Ok(self.inner.key_for(resource.as_ref())?.to_vec())
+    }
+
+    /// Asks every node what it holds for `resource`: free, held (token prefix
+    /// and remaining TTL) or failed; and whether a quorum holds it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidResource`], [`Error::NoRuntime`]. Node failures are
+    /// part of the status, not errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn status(&self, resource: impl AsRef<[u8]>) -> Result<LockStatus> {
+        let key = self.inner.key_for(resource.as_ref())?;
+        Error::ensure_runtime()?;
+        let answers = futures::future::join_all(self.inner.nodes.iter().map(|node| {
+            let name = node.name().to_owned();
+            node.inspect(key.clone()).map(move |answer| (name, answer))
+        }))
+        .await;
+        Ok(LockStatus::from_answers(answers, self.quorum()))
     }
 
     /// Takes the lock on `resource` for `ttl`, retrying with jitter until a

@@ -28,3 +28,15 @@ else
 end"#,
     )
 });
+
+/// Reads `KEYS[1]` and its remaining TTL in one step: `nil` when absent, else
+/// `{value, pttl_ms}`. Fails with `WRONGTYPE` when the key is not a string.
+pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"local value = redis.call("get", KEYS[1])
+if not value then
+    return false
+end
+return {value, redis.call("pttl", KEYS[1])}"#,
+    )
+});
