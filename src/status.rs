@@ -50,10 +50,14 @@ pub struct LockStatus {
     pub holder: Option<String>,
 }
 
+/// One node's raw answer: its name, and the holder's full token with the
+/// key's PTTL in milliseconds (`None` when the key is absent).
+pub(crate) type NodeAnswer = (String, Result<Option<(String, i64)>, NodeError>);
+
 impl LockStatus {
     /// Builds the status from each node's full token (compared whole, shown cut).
     pub(crate) fn from_answers(
-        answers: Vec<(String, Result<Option<(String, i64)>, NodeError>)>,
+        answers: Vec<NodeAnswer>,
         quorum: usize,
     ) -> Self {
         let mut holder = None;
