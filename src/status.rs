@@ -56,10 +56,7 @@ pub(crate) type NodeAnswer = (String, Result<Option<(String, i64)>, NodeError>);
 
 impl LockStatus {
     /// Builds the status from each node's full token (compared whole, shown cut).
-    pub(crate) fn from_answers(
-        answers: Vec<NodeAnswer>,
-        quorum: usize,
-    ) -> Self {
+    pub(crate) fn from_answers(answers: Vec<NodeAnswer>, quorum: usize) -> Self {
         let mut holder = None;
         for (_, answer) in &answers {
             if let Ok(Some((token, _))) = answer {

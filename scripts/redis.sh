@@ -1,0 +1,81 @@
+# Shared shell helpers: install redis-server when missing, start throw-away
+# servers on free loopback ports, and stop every one of them. Source it, then
+# call `redis_setup` once (it sets a trap that stops what was started).
+
+# Installs redis-server (and redis-cli) with apt-get when missing.
+ensure_redis_server() {
+    if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then
+        return 0
+    fi
+    echo "== installing redis-server" >&2
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "redis-server is missing and this is not root: run 'sudo apt-get install -y redis-server'" >&2
+        return 1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+}
+
+# Makes the temporary directory and installs the traps that always stop the
+# servers: on exit, on failure and on Ctrl-C / SIGTERM.
+redis_setup() {
+    REDIS_TMP=$(mktemp -d "${TMPDIR:-/tmp}/quorlock-redis.XXXXXX")
+    trap redis_stop_all EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+}
+
+# Starts one server on a free loopback port; prints its URL.
+redis_start() {
+    local port dir attempt
+    for attempt in $(seq 50); do
+        port=$(( 20000 + (RANDOM * 7 + attempt) % 40000 ))
+        # Taken by something else: try another.
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi
+        dir="$REDIS_TMP/$port"
+        mkdir -p "$dir"
+        redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+            --dir "$dir" --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" \
+            || continue
+        for _ in $(seq 100); do
+            if redis-cli -p "$port" ping >/dev/null 2>&1; then
+                echo "redis://127.0.0.1:$port"
+                return 0
+            fi
+            sleep 0.05
+        done
+    done
+    echo "could not start redis-server" >&2
+    return 1
+}
+
+# Stops every server started here (also ones that already died) and removes
+# the temporary directory. Further signals are ignored while it runs, and no
+# failure stops it halfway.
+redis_stop_all() {
+    trap '' INT TERM
+    set +e
+    [ -n "${REDIS_TMP:-}" ] && [ -d "$REDIS_TMP" ] || return 0
+    local dir port pid pids=()
+    for dir in "$REDIS_TMP"/*/; do
+        [ -d "$dir" ] || continue
+        port=$(basename "$dir")
+        if pid=$(cat "$dir/redis.pid" 2>/dev/null) && [ -n "$pid" ]; then
+            pids+=("$pid")
+        else
+            # Started but its pidfile is not written yet (or it already exited):
+            # find it by the title redis-server gives itself.
+            for pid in $(pgrep -f "^redis-server 127.0.0.1:$port\b"); do pids+=("$pid"); done
+        fi
+    done
+    for pid in "${pids[@]}"; do
+        # Thaw first: a frozen server would not die.
+        kill -CONT "$pid" 2>/dev/null
+        kill "$pid" 2>/dev/null
+    done
+    for pid in "${pids[@]}"; do
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+        kill -KILL "$pid" 2>/dev/null
+    done
+    rm -rf "$REDIS_TMP"
+}
