@@ -123,6 +123,15 @@ pub enum Error {
         source: Option<NodeError>,
     },
 
+    /// The nodes are misconfigured: the same server listed twice, or a node
+    /// that is not an independent master. Found at first contact; locking is
+    /// refused until the client is rebuilt with a correct node list.
+    #[error("misconfigured lock nodes: {reason}")]
+    Misconfigured {
+        /// What is wrong, naming the nodes.
+        reason: String,
+    },
+
     /// Called outside a tokio runtime: quorlock's I/O and timers need one.
     #[error("no tokio runtime: quorlock must be used within a tokio runtime")]
     NoRuntime,
@@ -162,6 +171,11 @@ impl Error {
     /// Whether a held lock was lost ([`Error::LockLost`]).
     pub fn is_lock_lost(&self) -> bool {
         matches!(self, Error::LockLost { .. })
+    }
+
+    /// Whether the nodes are misconfigured ([`Error::Misconfigured`]).
+    pub fn is_misconfigured(&self) -> bool {
+        matches!(self, Error::Misconfigured { .. })
     }
 
     /// Whether the error comes from validating input or options, not from the nodes.

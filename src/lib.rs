@@ -16,7 +16,8 @@
 //!   is lost.
 //! - `quorum.rs`: the pure arithmetic (quorum, drift, validity, jitter) and
 //!   [`Votes`]; `round.rs`: one parallel round to all nodes; `node.rs`: one
-//!   node's connection and calls; `scripts.rs`: the Lua.
+//!   node's connection and calls; `scripts.rs`: the Lua; `contact.rs`: the
+//!   first-contact checks (the same server listed twice, replicas).
 //! - [`LockStatus`] (`status.rs`): what each node holds, for operators.
 //! - [`enum@Error`] (`error.rs`): one error type, with [`Votes`],
 //!   [`LostReason`] and [`NodeError`].
@@ -98,6 +99,7 @@
 #![warn(missing_docs)]
 
 mod builder;
+mod contact;
 mod error;
 mod guard;
 mod node;

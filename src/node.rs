@@ -13,6 +13,15 @@ use redis::{Client, RedisError, Value};
 use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts;
 
+/// What a node said it is at first contact.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Identity {
+    /// The server's `run_id`: two nodes with one run_id are one server.
+    pub(crate) run_id: Option<String>,
+    /// The first element of `ROLE`: `master`, `slave` or `sentinel`.
+    pub(crate) role: Option<String>,
+}
+
 /// One node of the lock. Cheap to share: calls clone the connection handle.
 #[derive(Debug)]
 pub(crate) struct Node {
@@ -87,35 +96,15 @@ impl Node {
         }
     }
 
-    /// `SET key token NX PX ttl_ms`: `Ok(true)` when set, `Ok(false)` when the
-    /// key already exists.
-    pub(crate) fn set_nx(
+    /// The acquire script (`SET key token NX PX ttl_ms`, reporting a key of
+    /// the wrong type): `Ok(true)` when set, `Ok(false)` when the key exists.
+    pub(crate) fn acquire(
         &self,
         key: Arc<[u8]>,
         token: Arc<str>,
         ttl_ms: u64,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
-        let name = self.name.clone();
-        let call = self.bounded(move |mut connection| async move {
-            redis::cmd("SET")
-                .arg(&*key)
-                .arg(&*token)
-                .arg("NX")
-                .arg("PX")
-                .arg(ttl_ms)
-                .query_async::<Value>(&mut connection)
-                .await
-        });
-        async move {
-            match call.await? {
-                Value::Okay => Ok(true),
-                Value::Nil => Ok(false),
-                other => Err(NodeError::new(
-                    name,
-                    NodeErrorKind::UnexpectedReply(format!("{other:?}")),
-                )),
-            }
-        }
+        self.script(&scripts::ACQUIRE, key, token, Some(ttl_ms))
     }
 
     /// The extend script: `Ok(true)` when our key's TTL was reset to `ttl_ms`.
@@ -154,6 +143,42 @@ impl Node {
                 held.map(|(token, pttl)| (String::from_utf8_lossy(&token).into_owned(), pttl))
             })
         })
+    }
+
+    /// What the node says it is: its `run_id` (`INFO server`) and whether
+    /// `ROLE` calls it a master. A server that refuses both (an ACL user
+    /// without the permission) gives an identity with neither known.
+    pub(crate) fn identify(&self) -> impl Future<Output = Result<Identity, NodeError>> + Send + 'static {
+        let name = self.name.clone();
+        let call = self.bounded(move |mut connection| async move {
+            let answer = redis::pipe()
+                .cmd("INFO")
+                .arg("server")
+                .cmd("ROLE")
+                .query_async::<(String, Vec<Value>)>(&mut connection)
+                .await;
+            match answer {
+                Ok((info, role)) => Ok(Some((info, role))),
+                Err(err) if err.code() == Some("NOPERM") => Ok(None),
+                Err(err) => Err(err),
+            }
+        });
+        async move {
+            let Some((info, role)) = call.await? else {
+                tracing::warn!(node = %name, "not permitted to run INFO/ROLE: duplicate and replica checks skipped for this node");
+                return Ok(Identity::default());
+            };
+            let run_id = info
+                .lines()
+                .find_map(|line| line.strip_prefix("run_id:"))
+                .map(|id| id.trim().to_owned());
+            let role = match role.first() {
+                Some(Value::BulkString(bytes)) => Some(String::from_utf8_lossy(bytes).into_owned()),
+                Some(Value::SimpleString(text)) => Some(text.clone()),
+                _ => None,
+            };
+            Ok(Identity { run_id, role })
+        }
     }
 
     /// `host:port` of this node.

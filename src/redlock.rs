@@ -9,6 +9,7 @@ use redis::Client;
 use tracing::Instrument;
 
 use crate::builder::{Config, RedlockBuilder};
+use crate::contact::FirstContact;
 use crate::error::{Error, NodeError, Result};
 use crate::guard::LockGuard;
 use crate::node::Node;
@@ -54,8 +55,9 @@ pub struct Redlock {
 /// What every clone of a [`Redlock`] and every guard shares.
 #[derive(Debug)]
 pub(crate) struct Inner {
-    pub(crate) nodes: Vec<Node>,
+    pub(crate) nodes: Arc<[Node]>,
     pub(crate) config: Config,
+    contact: Arc<FirstContact>,
 }
 
 /// A TTL checked against the limits, in whole milliseconds, with its drift allowance.
@@ -107,8 +109,13 @@ impl Redlock {
     }
 
     pub(crate) fn from_parts(nodes: Vec<Node>, config: Config) -> Self {
+        let contact = Arc::new(FirstContact::new(nodes.len()));
         Redlock {
-            inner: Arc::new(Inner { nodes, config }),
+            inner: Arc::new(Inner {
+                nodes: nodes.into(),
+                config,
+                contact,
+            }),
         }
     }
 
@@ -284,12 +291,12 @@ impl Inner {
         round
     }
 
-    /// `SET NX PX` on every node; decided early.
+    /// The acquire script (`SET NX PX`) on every node; decided early.
     pub(crate) async fn acquire_round(&self, key: &Arc<[u8]>, token: &Arc<str>, ttl: Ttl) -> Round {
         let calls = self
             .nodes
             .iter()
-            .map(|node| node.set_nx(key.clone(), token.clone(), ttl.millis));
+            .map(|node| node.acquire(key.clone(), token.clone(), ttl.millis));
         self.round(calls, Until::Decided).await
     }
 
@@ -327,6 +334,9 @@ impl Inner {
         let key = self.key_for(resource)?;
         let ttl = self.check_ttl(ttl)?;
         Error::ensure_runtime()?;
+        if let Some(reason) = self.contact.ensure(&self.nodes).await {
+            return Err(Error::Misconfigured { reason });
+        }
         let shown = show_resource(resource);
         let deadline = self
             .config
