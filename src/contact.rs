@@ -49,7 +49,9 @@ impl FirstContact {
             .get_or_init(|| async {
                 let all: Vec<usize> = (0..nodes.len()).collect();
                 self.mark_checking(&all);
-                let answers = futures::future::join_all(all.iter().map(|&index| nodes[index].identify())).await;
+                let answers =
+                    futures::future::join_all(all.iter().map(|&index| nodes[index].identify()))
+                        .await;
                 for (index, answer) in all.into_iter().zip(answers) {
                     self.record(nodes, index, answer.ok());
                 }
@@ -62,7 +64,9 @@ impl FirstContact {
     fn lock_checks(&self) -> std::sync::MutexGuard<'_, Vec<Check>> {
         // A panic while holding this lock cannot leave the checks half
         // written (each update is one assignment), so poisoning is ignored.
-        self.checks.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.checks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn mark_checking(&self, indices: &[usize]) {

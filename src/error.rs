@@ -299,8 +299,9 @@ pub enum NodeErrorKind {
     /// No answer within the per-node timeout.
     #[error("no answer within {0:?}")]
     Timeout(Duration),
-    /// The connection failed or the node answered with an error.
-    #[error(transparent)]
+    /// The connection failed or the node answered with an error. Shown as the
+    /// node's own reply (`READONLY You can't write…`) where there is one.
+    #[error("{}", show_redis_error(.0))]
     Redis(#[from] Arc<redis::RedisError>),
     /// The node answered with something the protocol does not allow.
     #[error("unexpected reply {0}")]
@@ -308,4 +309,13 @@ pub enum NodeErrorKind {
     /// The call was made outside a tokio runtime.
     #[error("no tokio runtime: quorlock must be used within a tokio runtime")]
     NoRuntime,
+}
+
+/// A Redis error as the node said it (`CODE detail`), or as the `redis` crate
+/// describes a client-side failure.
+fn show_redis_error(err: &redis::RedisError) -> String {
+    match (err.code(), err.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => err.to_string(),
+    }
 }

@@ -148,7 +148,9 @@ impl Node {
     /// What the node says it is: its `run_id` (`INFO server`) and whether
     /// `ROLE` calls it a master. A server that refuses both (an ACL user
     /// without the permission) gives an identity with neither known.
-    pub(crate) fn identify(&self) -> impl Future<Output = Result<Identity, NodeError>> + Send + 'static {
+    pub(crate) fn identify(
+        &self,
+    ) -> impl Future<Output = Result<Identity, NodeError>> + Send + 'static {
         let name = self.name.clone();
         let call = self.bounded(move |mut connection| async move {
             let answer = redis::pipe()
