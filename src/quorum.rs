@@ -259,4 +259,79 @@ mod tests {
         votes.record(None);
         assert!(votes.quorum_impossible() && votes.failures_rule_out_quorum());
     }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn duration() -> impl Strategy<Value = Duration> {
+            prop_oneof![
+                (0u64..100_000).prop_map(Duration::from_millis),
+                any::<u64>().prop_map(Duration::from_millis),
+                (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn two_quorums_always_intersect(nodes in 1usize..10_000) {
+                let q = quorum(nodes);
+                prop_assert!(q <= nodes);
+                prop_assert!(2 * q > nodes);
+                prop_assert!(2 * (q - 1) <= nodes, "the quorum is the smallest majority");
+            }
+
+            #[test]
+            fn validity_is_ttl_minus_elapsed_minus_drift_or_none(
+                ttl in duration(), elapsed in duration(), drift in duration()
+            ) {
+                match validity(ttl, elapsed, drift) {
+                    Some(left) => {
+                        prop_assert!(!left.is_zero());
+                        prop_assert_eq!(Some(left + elapsed + drift), Some(ttl));
+                    }
+                    None => prop_assert!(
+                        elapsed.checked_add(drift).is_none_or(|spent| spent >= ttl)
+                    ),
+                }
+            }
+
+            #[test]
+            fn validity_shrinks_as_time_passes(ttl in duration(), a in duration(), b in duration(), factor in 0.0f64..1.0) {
+                let drift = drift(ttl, factor);
+                let (early, late) = if a <= b { (a, b) } else { (b, a) };
+                prop_assert!(validity(ttl, late, drift) <= validity(ttl, early, drift));
+            }
+
+            #[test]
+            fn drift_stays_within_ttl_share_plus_floor(ttl in duration(), factor in 0.0f64..1.0) {
+                let drift = drift(ttl, factor);
+                prop_assert!(drift >= DRIFT_FLOOR.min(ttl.saturating_add(DRIFT_FLOOR)));
+                prop_assert!(drift <= ttl.saturating_add(DRIFT_FLOOR));
+            }
+
+            #[test]
+            fn jitter_stays_in_its_range(base in duration(), jitter in duration(), unit in any::<f64>()) {
+                let delay = jittered(base, jitter, unit);
+                prop_assert!(delay >= base.saturating_sub(jitter));
+                prop_assert!(delay <= base.saturating_add(jitter));
+            }
+
+            #[test]
+            fn a_decided_round_stays_decided(answers in proptest::collection::vec(proptest::option::of(any::<bool>()), 1..16)) {
+                let mut votes = Votes::new(answers.len());
+                let mut decided_as = None;
+                for answer in answers {
+                    votes.record(answer);
+                    if let Some(outcome) = decided_as {
+                        prop_assert_eq!(votes.has_quorum(), outcome, "a decision never flips");
+                    } else if votes.is_decided() {
+                        decided_as = Some(votes.has_quorum());
+                    }
+                }
+                prop_assert!(votes.is_decided(), "every answer in: decided");
+                prop_assert!(!(votes.has_quorum() && votes.failures_rule_out_quorum()));
+            }
+        }
+    }
 }

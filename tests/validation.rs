@@ -210,3 +210,38 @@ async fn guard_whose_key_was_deleted_by_hand() {
     assert!(err.is_lock_lost(), "got {err}");
     assert_eq!(guard.unlock().await.unwrap(), quorlock::Unlocked::Expired);
 }
+
+/// Unreachable nodes (a closed loopback port) are failed votes: `lock` fails
+/// with `Unavailable` within its deadline, and a lock held elsewhere is
+/// unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_nodes_fail_within_the_deadline() {
+    let nodes = servers(1);
+    let redlock = builder(&nodes).build().unwrap();
+    let held = redlock
+        .lock("validation:unreachable", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let closed = support::free_port();
+    let unreachable = Redlock::builder([
+        format!("redis://127.0.0.1:{closed}"),
+        format!("redis://127.0.0.1:{closed}/1"),
+        nodes[0].url(),
+    ])
+    .acquire_timeout(Duration::from_millis(500))
+    .build()
+    .unwrap();
+    let started = std::time::Instant::now();
+    let err = unreachable
+        .lock("validation:unreachable", Duration::from_secs(10))
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable() || err.is_contended(), "got {err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(held.is_valid());
+    assert_eq!(held.unlock().await.unwrap(), quorlock::Unlocked::Released);
+}
