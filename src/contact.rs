@@ -110,10 +110,10 @@ impl FirstContact {
             Some(identity) => Check::Checked(identity),
             None => Check::Unchecked,
         };
-        if let Some(reason) = misconfiguration(nodes, &checks) {
-            if self.misconfigured.set(reason.clone()).is_ok() {
-                tracing::error!(%reason, "misconfigured lock nodes: locking is refused");
-            }
+        if let Some(reason) = misconfiguration(nodes, &checks)
+            && self.misconfigured.set(reason.clone()).is_ok()
+        {
+            tracing::error!(%reason, "misconfigured lock nodes: locking is refused");
         }
     }
 }

@@ -1,0 +1,82 @@
+//! The full chaos run: 4 worker processes (this executable, re-run as
+//! workers) compete for one resource on 5 real `redis-server` nodes while a
+//! fault injector freezes (SIGSTOP), kills and restarts (after at least the
+//! TTL) a minority of nodes, and once takes a majority down for 2 s. Each
+//! critical section checks a separate "checker" Redis: `INCR` on entry must
+//! return 1. Prints the figures; exits non-zero if any property fails.
+//!
+//! ```text
+//! cargo run --release --example chaos [ACQUISITIONS]     # default 20000
+//! ```
+//!
+//! It needs `redis-server` on PATH (scripts/test.sh installs it).
+
+#[path = "../tests/chaos_harness/mod.rs"]
+mod chaos_harness;
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("chaos: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.first().map(String::as_str) == Some("--chaos-worker") && args.len() >= 3 {
+        return match runtime.block_on(chaos_harness::worker(&args[1], &args[2..])) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("chaos worker: {err}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let acquisitions = match args.first().map(|n| n.parse::<u64>()) {
+        None => 20_000,
+        Some(Ok(n)) if n > 0 => n,
+        Some(_) => {
+            eprintln!("usage: chaos [ACQUISITIONS]");
+            return ExitCode::from(2);
+        }
+    };
+    let plan = chaos_harness::Plan {
+        workers: 4,
+        acquisitions,
+        limit: Duration::from_secs(600),
+    };
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(err) => {
+            eprintln!("chaos: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let report = match runtime.block_on(chaos_harness::run(plan, &exe, &["--chaos-worker"])) {
+        Ok(report) => report,
+        Err(err) => {
+            eprintln!("chaos: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    report.print(&plan);
+    match report.check(&plan) {
+        Ok(()) => {
+            println!("all properties held");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            println!("FAILED: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}

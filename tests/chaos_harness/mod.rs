@@ -1,0 +1,303 @@
+//! The chaos harness, shared by `tests/chaos.rs` (a short run in the suite)
+//! and `examples/chaos.rs` (the full run): worker **processes** compete for one
+//! resource on 5 nodes while a fault injector freezes, kills and (after at
+//! least the TTL) restarts a minority of nodes, and once takes a majority
+//! down. Each critical section checks a separate Redis "checker": `INCR` on
+//! entry must return 1, `DECR` on exit.
+#![allow(dead_code)]
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use quorlock::Redlock;
+use rand::Rng;
+use redis::AsyncCommands;
+
+use crate::support::RedisServer;
+
+pub const RESOURCE: &str = "chaos:resource";
+pub const TTL: Duration = Duration::from_secs(1);
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(1);
+pub const NODE_TIMEOUT: Duration = Duration::from_millis(50);
+/// A call may overrun the acquire timeout by the round in flight.
+pub const DEADLINE_SLACK: Duration = Duration::from_millis(300);
+
+/// How big a run is.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    pub workers: usize,
+    pub acquisitions: u64,
+    /// Give up (and fail) after this long.
+    pub limit: Duration,
+}
+
+/// What a run found.
+#[derive(Debug, Default, Clone)]
+pub struct Report {
+    pub acquisitions: u64,
+    pub overlaps: u64,
+    pub failed_calls: u64,
+    pub longest_failed_call: Duration,
+    pub granted_during_outage: u64,
+    pub freezes: u64,
+    pub kills: u64,
+    pub majority_outages: u64,
+    /// Acquisitions made while a minority of nodes was frozen or down.
+    pub acquired_during_minority_faults: u64,
+    pub resumed_after_recovery: Option<Duration>,
+    pub elapsed: Duration,
+}
+
+impl Report {
+    pub fn print(&self, plan: &Plan) {
+        println!(
+            "chaos: {} worker processes, 5 nodes, {:.1} s",
+            plan.workers,
+            self.elapsed.as_secs_f64()
+        );
+        println!("  acquisitions            {}", self.acquisitions);
+        println!("  overlaps                {}", self.overlaps);
+        println!(
+            "  faults injected         {} ({} freezes, {} kills with delayed restart, {} majority outage)",
+            self.freezes + self.kills + self.majority_outages,
+            self.freezes,
+            self.kills,
+            self.majority_outages
+        );
+        println!(
+            "  acquired during faults  {} (with 1-2 nodes frozen or down)",
+            self.acquired_during_minority_faults
+        );
+        println!("  failed lock calls       {}", self.failed_calls);
+        println!(
+            "  longest failed call     {:?} (deadline {ACQUIRE_TIMEOUT:?})",
+            self.longest_failed_call
+        );
+        println!("  granted during outage   {}", self.granted_during_outage);
+        match self.resumed_after_recovery {
+            Some(after) => {
+                println!("  locking resumed         {after:?} after the majority came back")
+            }
+            None => println!("  locking resumed         never"),
+        }
+    }
+
+    /// Every property the run must show; the first one broken, in words.
+    pub fn check(&self, plan: &Plan) -> Result<(), String> {
+        if self.overlaps != 0 {
+            return Err(format!("{} overlaps", self.overlaps));
+        }
+        if self.acquisitions < plan.acquisitions {
+            return Err(format!(
+                "only {} acquisitions of {}",
+                self.acquisitions, plan.acquisitions
+            ));
+        }
+        if self.granted_during_outage != 0 {
+            return Err(format!(
+                "{} locks granted with the majority down",
+                self.granted_during_outage
+            ));
+        }
+        if self.longest_failed_call > ACQUIRE_TIMEOUT + DEADLINE_SLACK {
+            return Err(format!("a failed call took {:?}", self.longest_failed_call));
+        }
+        if self.majority_outages == 0 || self.resumed_after_recovery.is_none() {
+            return Err("locking did not resume after the majority outage".into());
+        }
+        if self.freezes == 0 || self.kills == 0 {
+            return Err("no minority faults were injected".into());
+        }
+        if self.acquired_during_minority_faults == 0 {
+            return Err("no acquisitions while a minority was faulty".into());
+        }
+        Ok(())
+    }
+}
+
+type AnyError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The worker process: `--chaos-worker CHECKER_URL NODE_URL...`. Locks until
+/// the checker's `stop` key is set, then prints its tally.
+pub async fn worker(checker: &str, nodes: &[String]) -> Result<(), AnyError> {
+    let mut checker = redis::Client::open(checker)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let redlock = Redlock::builder(nodes)
+        .node_timeout(NODE_TIMEOUT)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .retry_delay(Duration::from_millis(10))
+        .retry_jitter(Duration::from_millis(10))
+        .build()?;
+    let (mut acquisitions, mut overlaps, mut failed, mut granted_during_outage) =
+        (0u64, 0u64, 0u64, 0u64);
+    let mut longest_failed = Duration::ZERO;
+    loop {
+        let (stop, outage): (Option<i64>, Option<i64>) = redis::pipe()
+            .get("chaos:stop")
+            .get("chaos:outage")
+            .query_async(&mut checker)
+            .await?;
+        if stop.is_some() {
+            break;
+        }
+        let started = Instant::now();
+        match redlock.lock(RESOURCE, TTL).await {
+            Ok(guard) => {
+                // The outage flag is set after the majority went down and
+                // cleared before it comes back: set both before and after the
+                // call, the whole call fell inside the outage.
+                let still_out: Option<i64> = checker.get("chaos:outage").await?;
+                if outage.is_some() && still_out.is_some() {
+                    granted_during_outage += 1;
+                }
+                let holders: i64 = checker.incr("chaos:holders", 1).await?;
+                if holders != 1 {
+                    overlaps += 1;
+                }
+                let _: i64 = checker.decr("chaos:holders", 1).await?;
+                let _: i64 = checker.incr("chaos:acquired", 1).await?;
+                acquisitions += 1;
+                let _ = guard.unlock().await;
+            }
+            Err(_) => {
+                failed += 1;
+                longest_failed = longest_failed.max(started.elapsed());
+            }
+        }
+    }
+    println!(
+        "chaos-tally {acquisitions} {overlaps} {failed} {granted_during_outage} {}",
+        longest_failed.as_micros()
+    );
+    Ok(())
+}
+
+/// Runs the coordinator: servers, workers started from `exe` with
+/// `worker_args` before the worker's own arguments, and the fault injector.
+pub async fn run(
+    plan: Plan,
+    exe: &std::path::Path,
+    worker_args: &[&str],
+) -> Result<Report, AnyError> {
+    let mut nodes: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+    let checker_server = RedisServer::start();
+    let mut checker = redis::Client::open(checker_server.url())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let node_urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let mut workers: Vec<Child> = Vec::new();
+    for _ in 0..plan.workers {
+        workers.push(
+            Command::new(exe)
+                .args(worker_args)
+                .arg(checker_server.url())
+                .args(&node_urls)
+                .stdout(Stdio::piped())
+                .spawn()?,
+        );
+    }
+    let mut report = Report::default();
+    let started = Instant::now();
+    let mut rng = rand::rng();
+    let acquired = |checker: &mut redis::aio::MultiplexedConnection| {
+        let mut checker = checker.clone();
+        async move {
+            checker
+                .get::<_, Option<u64>>("chaos:acquired")
+                .await
+                .map(Option::unwrap_or_default)
+        }
+    };
+    let outage_at = plan.acquisitions / 2;
+    let mut outage_done = false;
+    let mut result = Ok(());
+    while acquired(&mut checker).await? < plan.acquisitions {
+        if started.elapsed() > plan.limit {
+            result = Err(format!("the run passed its limit of {:?}", plan.limit));
+            break;
+        }
+        if !outage_done && acquired(&mut checker).await? >= outage_at {
+            // Majority outage: three nodes killed; every lock must fail.
+            for node in &mut nodes[..3] {
+                node.kill();
+            }
+            let _: () = checker.set("chaos:outage", 1).await?;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let _: () = checker.del("chaos:outage").await?;
+            let before = acquired(&mut checker).await?;
+            // Down for 2 s > TTL: a delayed restart.
+            for node in &mut nodes[..3] {
+                node.restart();
+            }
+            let recovered = Instant::now();
+            while acquired(&mut checker).await? == before
+                && recovered.elapsed() < Duration::from_secs(30)
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            if acquired(&mut checker).await? > before {
+                report.resumed_after_recovery = Some(recovered.elapsed());
+            }
+            report.majority_outages += 1;
+            outage_done = true;
+            continue;
+        }
+        // A minority fault: one or two nodes, frozen or killed.
+        let count = rng.random_range(1..=2);
+        let first = rng.random_range(0..5);
+        let victims: Vec<usize> = (0..count).map(|i| (first + i) % 5).collect();
+        let freeze = rng.random_bool(0.5);
+        for &v in &victims {
+            if freeze {
+                nodes[v].pause();
+            } else {
+                nodes[v].kill();
+            }
+        }
+        let before = acquired(&mut checker).await?;
+        if freeze {
+            report.freezes += victims.len() as u64;
+            tokio::time::sleep(Duration::from_millis(rng.random_range(200..800))).await;
+        } else {
+            report.kills += victims.len() as u64;
+            // Delayed restart: down for longer than the TTL.
+            tokio::time::sleep(TTL + Duration::from_millis(rng.random_range(100..500))).await;
+        }
+        report.acquired_during_minority_faults += acquired(&mut checker).await? - before;
+        for &v in &victims {
+            if freeze {
+                nodes[v].resume();
+            } else {
+                nodes[v].restart();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(100..400))).await;
+    }
+    let _: () = checker.set("chaos:stop", 1).await?;
+    for worker in workers {
+        let output = tokio::task::spawn_blocking(move || worker.wait_with_output()).await??;
+        let text = String::from_utf8_lossy(&output.stdout);
+        let line = text
+            .lines()
+            .find_map(|line| line.strip_prefix("chaos-tally "))
+            .ok_or_else(|| format!("a worker printed no tally ({})", output.status))?;
+        let fields: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        let [acquisitions, overlaps, failed, granted, longest_us] = fields[..] else {
+            return Err(format!("bad tally {line:?}").into());
+        };
+        report.acquisitions += acquisitions;
+        report.overlaps += overlaps;
+        report.failed_calls += failed;
+        report.granted_during_outage += granted;
+        report.longest_failed_call = report
+            .longest_failed_call
+            .max(Duration::from_micros(longest_us));
+    }
+    report.elapsed = started.elapsed();
+    result?;
+    Ok(report)
+}
