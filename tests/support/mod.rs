@@ -18,6 +18,8 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     extra_args: Vec<String>,
+    /// Listens with TLS only: readiness is an open port, not a PING.
+    tls: bool,
     child: Option<Child>,
 }
 
@@ -40,6 +42,30 @@ impl RedisServer {
         panic!("could not start redis-server: {last_error}");
     }
 
+    /// Starts a server that speaks TLS only, with the given PEM files.
+    pub fn start_tls(cert: &std::path::Path, key: &std::path::Path, ca: &std::path::Path) -> Self {
+        let mut server = Self::on_port(free_port(), &[]);
+        server.tls = true;
+        server.extra_args = vec![
+            "--port".into(),
+            "0".into(),
+            "--tls-port".into(),
+            server.port.to_string(),
+            "--tls-cert-file".into(),
+            cert.display().to_string(),
+            "--tls-key-file".into(),
+            key.display().to_string(),
+            "--tls-ca-cert-file".into(),
+            ca.display().to_string(),
+            "--tls-auth-clients".into(),
+            "no".into(),
+        ];
+        server
+            .spawn()
+            .unwrap_or_else(|err| panic!("could not start a TLS redis-server: {err}"));
+        server
+    }
+
     /// A server on a reserved free port that is not started yet
     /// (for "node down at build time").
     pub fn reserved() -> Self {
@@ -58,6 +84,7 @@ impl RedisServer {
             port,
             dir,
             extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
+            tls: false,
             child: None,
         }
     }
@@ -107,6 +134,9 @@ impl RedisServer {
         let Ok(stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
             return false;
         };
+        if self.tls {
+            return true;
+        }
         let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
         use std::io::{Read, Write};
         let mut stream = stream;
