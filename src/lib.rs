@@ -55,7 +55,8 @@
 //! One acquire round:
 //! 1. draw a token: a UUID v4 (122 random bits from the OS CSPRNG);
 //! 2. note the start on the monotonic clock;
-//! 3. send `SET key token NX PX ttl` to **all nodes in parallel**, each call
+//! 3. send the acquire script, an atomic `SET key token NX PX ttl` that also
+//!    reports a key of the wrong type, to **all nodes in parallel**, each call
 //!    bounded by the per-node timeout; an error or timeout is a vote against;
 //! 4. stop as soon as the outcome is known: `N / 2 + 1` votes for, or too many
 //!    against for that to be possible (stragglers still get their request);
@@ -68,6 +69,10 @@
 //!
 //! Release and extension are Lua scripts that act only while the key holds our
 //! token, run on every node. A failed extension never deletes the lock.
+//!
+//! Before a client's first lock, every node is asked for its `run_id` and
+//! `ROLE`: the same server listed twice, or a replica, is refused with
+//! [`Error::Misconfigured`].
 //!
 //! ## Guarantees
 //!
@@ -89,8 +94,10 @@
 //!   Make writes idempotent or check a version in the protected store.
 //! - **Node restarts without persistence**: a node that restarts empty can
 //!   grant a lock that a quorum still holds elsewhere. Keep restarted nodes
-//!   down for at least the longest TTL, or run them with `appendonly yes` and
-//!   `appendfsync always`.
+//!   down for at least the longest TTL (delayed restart), or run them with
+//!   `appendonly yes` and `appendfsync always`.
+//! - **Even node counts** work but tolerate no more failures than one node
+//!   fewer; a warning is logged at build.
 //! - **Single node** (one URL): the lock is as available as that node, and a
 //!   failover to a replica can lose it (replication is asynchronous).
 //! - **Clock jumps** on a Redis node (an administrator setting its time)

@@ -75,3 +75,30 @@ async fn logs_name_the_resource_and_never_the_token() {
         }
     }
 }
+
+/// An even number of nodes is allowed, with a warning in the log.
+#[test]
+fn an_even_number_of_nodes_is_warned_about() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let four: Vec<String> = (1..=4)
+        .map(|i| format!("redis://127.0.0.1:{}", 7000 + i))
+        .collect();
+    let redlock = quorlock::Redlock::new(&four).unwrap();
+    assert_eq!(redlock.quorum(), 3);
+    let three = quorlock::Redlock::new(&four[..3]).unwrap();
+    assert_eq!(three.quorum(), 2);
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(
+        logs.matches("even number of lock nodes").count(),
+        1,
+        "{logs}"
+    );
+    assert!(logs.contains("WARN"), "{logs}");
+}
