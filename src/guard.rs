@@ -6,6 +6,7 @@ use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::future::OptionFuture;
 use tracing::Instrument;
 
 use crate::error::{Error, LostReason, NodeError, Result};
@@ -356,7 +357,7 @@ impl LockGuard {
                     });
                     return Err(self.lost_error(reason, source));
                 }
-                (round, start) = async { extension.as_mut().expect("guarded by is_some").await }, if extension.is_some() => {
+                Some((round, start)) = OptionFuture::from(extension.as_mut()), if extension.is_some() => {
                     extension = None;
                     let ttl = self.ttl;
                     match self.apply_extension(round, start, ttl) {

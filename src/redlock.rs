@@ -228,9 +228,8 @@ impl Redlock {
     {
         let mut guard = self.lock(resource, ttl).await?;
         let outcome = guard.run(work).await;
-        let shown = guard.shown_resource();
         if let Err(err) = guard.unlock().await {
-            tracing::warn!(resource = %shown, error = %err, "release after with_lock failed");
+            tracing::warn!(error = %err, "release after with_lock failed");
         }
         outcome
     }
@@ -337,12 +336,11 @@ impl Inner {
         if let Some(reason) = self.contact.ensure(&self.nodes).await {
             return Err(Error::Misconfigured { reason });
         }
-        let shown = show_resource(resource);
         let deadline = self
             .config
             .acquire_timeout
             .and_then(|timeout| Instant::now().checked_add(timeout));
-        let span = tracing::debug_span!("quorlock.lock", resource = %shown, ttl_ms = ttl.millis);
+        let span = tracing::debug_span!("quorlock.lock", resource = %show_resource(resource), ttl_ms = ttl.millis);
         async move {
             let mut attempt: u32 = 0;
             loop {
@@ -372,7 +370,7 @@ impl Inner {
                 // no SET of this round can land after the release reached its node.
                 round.collect(Until::All).await;
                 guard.release_failed_round(&round.answers).await;
-                let failure = acquire_failure(&shown, round, elapsed, attempt);
+                let failure = acquire_failure(resource, round, elapsed, attempt);
                 if attempt > retries {
                     return Err(failure);
                 }
@@ -391,10 +389,10 @@ impl Inner {
 }
 
 /// The error for a failed acquire round.
-fn acquire_failure(shown: &str, mut round: Round, elapsed: Duration, attempts: u32) -> Error {
+fn acquire_failure(resource: &[u8], mut round: Round, elapsed: Duration, attempts: u32) -> Error {
     let votes = round.votes;
     let last_error = round.last_error.take();
-    let resource = shown.to_owned();
+    let resource = show_resource(resource);
     if votes.has_quorum() {
         Error::NoValidity {
             resource,
