@@ -169,8 +169,11 @@ async fn worker(locked: bool, database: &str, nodes: &[String]) -> Result<Tally,
         } else {
             false
         };
-        if let Some(guard) = guard {
-            guard.unlock().await?;
+        if let Some(guard) = guard
+            && let Err(err) = guard.unlock().await
+        {
+            // The sale is done; keys left on silent nodes expire by their TTL.
+            eprintln!("inventory worker: {err}");
         }
         if !sold {
             return Ok(tally);
@@ -236,9 +239,14 @@ async fn coordinate(workers: usize, database: &str, nodes: &[String]) -> Result<
                 );
             }
         }
-        let mut tally = Tally::default();
+        // Wait for every worker before judging any, so none is left behind.
+        let mut outputs = Vec::new();
         for child in children {
-            let output = tokio::task::spawn_blocking(move || child.wait_with_output()).await??;
+            outputs.push(tokio::task::spawn_blocking(move || child.wait_with_output()).await?);
+        }
+        let mut tally = Tally::default();
+        for output in outputs {
+            let output = output?;
             if !output.status.success() {
                 return Err(format!("a worker failed: {}", output.status).into());
             }

@@ -17,8 +17,9 @@ use crate::round::{Answer, Round, Until};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Unlocked {
-    /// A quorum of nodes still held our token and deleted it: the lock was
-    /// ours until this release.
+    /// The release removed our token from a quorum of nodes, or from every
+    /// node that held it among those that answered while too few stayed silent
+    /// to block anyone: the lock is free for others.
     Released,
     /// Too few nodes still held our token: the lock had already expired (or
     /// been deleted) before the release. Not an error of the caller's making,
@@ -243,12 +244,14 @@ impl LockGuard {
     }
 
     /// Releases the lock on every node (a token-checked delete) and consumes
-    /// the guard.
+    /// the guard. It returns once a quorum confirmed the release, or else once
+    /// every node answered (each bounded by the per-node timeout).
     ///
     /// # Errors
     ///
-    /// [`Error::ReleaseUnconfirmed`] when too few nodes answered to tell
-    /// whether the lock was still held; keys left behind expire by their TTL.
+    /// [`Error::ReleaseUnconfirmed`] when so many nodes failed to answer that
+    /// keys left on them could still keep others from a quorum until their
+    /// TTL. Nodes that did not answer keep our key until its TTL either way.
     /// A lock that had already expired is `Ok(Unlocked::Expired)`, not an error.
     ///
     /// # Cancel safety
@@ -260,12 +263,12 @@ impl LockGuard {
         let span = tracing::debug_span!("quorlock.unlock", resource = %self.shown_resource());
         let mut round = self
             .inner
-            .release_round(&self.key, &self.token, Until::Decided)
+            .release_round(&self.key, &self.token, Until::QuorumOrAll)
             .instrument(span.clone())
             .await;
+        self.armed = false;
         let votes = round.votes;
         let last_error = round.last_error.take();
-        self.armed = false;
         span.in_scope(|| {
             tracing::debug!(
                 released = votes.granted,
@@ -275,11 +278,17 @@ impl LockGuard {
                 "release round"
             );
         });
+        let tolerable = votes.nodes - votes.quorum;
         if votes.has_quorum() {
             Ok(Unlocked::Released)
-        } else if votes.refused > votes.nodes - votes.quorum {
+        } else if votes.refused > tolerable {
+            // Too few nodes still held our token for it to be a lock.
             tracing::warn!(resource = %self.shown_resource(), "lock had expired before its release");
             Ok(Unlocked::Expired)
+        } else if votes.granted > 0 && votes.failed <= tolerable {
+            // Deleted everywhere it was held among the nodes that answered;
+            // the silent ones are too few to keep others from a quorum.
+            Ok(Unlocked::Released)
         } else {
             tracing::warn!(resource = %self.shown_resource(), %votes, "release unconfirmed");
             Err(Error::ReleaseUnconfirmed {
@@ -398,7 +407,7 @@ impl Drop for LockGuard {
                 let key = self.key.clone();
                 let token = self.token.clone();
                 runtime.spawn(async move {
-                    inner.release_round(&key, &token, Until::Decided).await;
+                    inner.release_round(&key, &token, Until::QuorumOrAll).await;
                 });
             }
             Err(_) => tracing::warn!(

@@ -34,6 +34,8 @@ pub(crate) enum Until {
     Decided,
     /// Once every node marked `true` answered (or timed out).
     Answered(Vec<bool>),
+    /// Once a quorum granted, or every node answered (or timed out).
+    QuorumOrAll,
     /// Once every node answered (or timed out).
     All,
 }
@@ -104,6 +106,7 @@ impl Round {
                 .iter()
                 .zip(nodes)
                 .all(|(answer, &wait)| !wait || *answer != Answer::Pending),
+            Until::QuorumOrAll => self.votes.has_quorum() || self.pending.is_empty(),
             Until::All => self.pending.is_empty(),
         }
     }

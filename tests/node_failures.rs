@@ -151,3 +151,32 @@ async fn frozen_node_does_not_stall_the_round() {
         "10 locks took {locking:?}"
     );
 }
+
+/// `unlock` with nodes gone: released where it was held among the nodes that
+/// answered, while the silent ones are too few to block a quorum; unconfirmed
+/// when a majority is silent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_with_nodes_gone_reports_what_it_can_know() {
+    let mut nodes = servers(5);
+    let redlock = builder(&nodes).build().unwrap();
+
+    let guard = redlock.lock("failures:unlock", TTL).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // One live node lost our key (say, a late release of the previous holder),
+    // and two nodes died.
+    let _: () = redis::Commands::del(&mut nodes[2].connection(), guard.key()).unwrap();
+    nodes[0].kill();
+    nodes[1].kill();
+    assert_eq!(guard.unlock().await.unwrap(), Unlocked::Released);
+    let key = redlock.key("failures:unlock").unwrap();
+    assert!(nodes[2..].iter().all(|node| node.get(&key).is_none()));
+
+    let guard = redlock.lock("failures:unlock", TTL).await.unwrap();
+    nodes[2].kill();
+    let err = guard.unlock().await.unwrap_err();
+    assert!(
+        matches!(err, quorlock::Error::ReleaseUnconfirmed { .. }),
+        "got {err}"
+    );
+    assert_eq!(err.votes().unwrap().failed, 3);
+}

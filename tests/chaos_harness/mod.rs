@@ -275,8 +275,13 @@ pub async fn run(
         tokio::time::sleep(Duration::from_millis(rng.random_range(100..400))).await;
     }
     let _: () = checker.set("chaos:stop", 1).await?;
+    // Wait for every worker before judging any, so none is left behind.
+    let mut outputs = Vec::new();
     for worker in workers {
-        let output = tokio::task::spawn_blocking(move || worker.wait_with_output()).await??;
+        outputs.push(tokio::task::spawn_blocking(move || worker.wait_with_output()).await?);
+    }
+    for output in outputs {
+        let output = output?;
         let text = String::from_utf8_lossy(&output.stdout);
         let line = text
             .lines()
