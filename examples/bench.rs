@@ -1,0 +1,491 @@
+//! The benchmark: quorlock (defaults) against rslock (defaults) and `floor`,
+//! the least any correct client costs (one parallel round of `SET NX PX` to
+//! all nodes, one parallel round of the release script by `EVALSHA`, one
+//! multiplexed connection per node, nothing else), on the same servers, in one
+//! run. `scripts/bench.sh` starts the servers and runs it:
+//!
+//! ```text
+//! bench [--quick] [--json PATH] URL x5      (BENCH_REDIS_DIR: the servers' pidfile dir)
+//! ```
+//!
+//! Workloads at N = 1, 3, 5 nodes: latency (sequential lock + unlock of
+//! distinct resources), throughput (64 tasks), contended (8 tasks, one
+//! resource, 1 ms holds); at N = 5: latency with one node frozen (SIGSTOP);
+//! heap allocations per uncontended cycle; peak RSS. Prints one table with the
+//! ratios quorlock / floor and quorlock / rslock, and writes JSON lines.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use rand::Rng;
+
+/// Counts heap allocations, to report allocations per cycle.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: defers every call to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+type AnyError = Box<dyn std::error::Error + Send + Sync>;
+const TTL: Duration = Duration::from_secs(10);
+
+/// The three implementations, behind one interface.
+#[derive(Clone)]
+enum Client {
+    Quorlock(quorlock::Redlock),
+    Rslock(rslock::LockManager),
+    Floor(Arc<Floor>),
+}
+
+enum Held {
+    Quorlock(quorlock::LockGuard),
+    Rslock(rslock::Lock),
+    Floor(Vec<u8>, String),
+}
+
+impl Client {
+    fn name(&self) -> &'static str {
+        match self {
+            Client::Quorlock(_) => "quorlock",
+            Client::Rslock(_) => "rslock",
+            Client::Floor(_) => "floor",
+        }
+    }
+
+    /// One lock call as the implementation does it by default (with retries);
+    /// `None` if it failed.
+    async fn lock(&self, resource: &str) -> Option<Held> {
+        match self {
+            Client::Quorlock(redlock) => redlock.lock(resource, TTL).await.ok().map(Held::Quorlock),
+            Client::Rslock(manager) => manager.lock(resource, TTL).await.ok().map(Held::Rslock),
+            Client::Floor(floor) => floor.lock(resource).await.map(|(key, token)| Held::Floor(key, token)),
+        }
+    }
+
+    async fn unlock(&self, held: Held) {
+        match (self, held) {
+            (_, Held::Quorlock(guard)) => {
+                let _ = guard.unlock().await;
+            }
+            (Client::Rslock(manager), Held::Rslock(lock)) => manager.unlock(&lock).await,
+            (Client::Floor(floor), Held::Floor(key, token)) => floor.unlock(&key, &token).await,
+            _ => {}
+        }
+    }
+}
+
+/// The floor: one parallel round to lock, one to release.
+struct Floor {
+    connections: Vec<redis::aio::MultiplexedConnection>,
+    release: redis::Script,
+}
+
+impl Floor {
+    async fn connect(urls: &[String]) -> Result<Floor, AnyError> {
+        let mut connections = Vec::new();
+        for url in urls {
+            connections.push(redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?);
+        }
+        Ok(Floor {
+            connections,
+            release: redis::Script::new(
+                r#"if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end"#,
+            ),
+        })
+    }
+
+    async fn try_lock(&self, key: &[u8], token: &str) -> bool {
+        let votes = join_all(self.connections.iter().map(|connection| {
+            let mut connection = connection.clone();
+            async move {
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(TTL.as_millis() as u64)
+                    .query_async::<Option<String>>(&mut connection)
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some()
+            }
+        }))
+        .await;
+        votes.into_iter().filter(|granted| *granted).count() > self.connections.len() / 2
+    }
+
+    /// Polls every 0-1 ms until it holds the lock (a give-up after 2 s).
+    async fn lock(&self, resource: &str) -> Option<(Vec<u8>, String)> {
+        let key = format!("floor:{resource}").into_bytes();
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            if self.try_lock(&key, &token).await {
+                return Some((key, token));
+            }
+            self.unlock(&key, &token).await;
+            if Instant::now() > deadline {
+                return None;
+            }
+            let pause = rand::rng().random_range(0..1000);
+            tokio::time::sleep(Duration::from_micros(pause)).await;
+        }
+    }
+
+    async fn unlock(&self, key: &[u8], token: &str) {
+        join_all(self.connections.iter().map(|connection| {
+            let mut connection = connection.clone();
+            let mut invocation = self.release.prepare_invoke();
+            invocation.key(key).arg(token);
+            async move {
+                let _ = invocation.invoke_async::<i64>(&mut connection).await;
+            }
+        }))
+        .await;
+    }
+}
+
+async fn clients(urls: &[String], contended: bool) -> Result<Vec<Client>, AnyError> {
+    let mut builder = quorlock::Redlock::builder(urls);
+    if contended {
+        // The 2 s deadline of the contended workload; every other option default.
+        builder = builder.acquire_timeout(Duration::from_secs(2));
+    }
+    Ok(vec![
+        Client::Quorlock(builder.build()?),
+        Client::Rslock(rslock::LockManager::new(urls.to_vec())),
+        Client::Floor(Arc::new(Floor::connect(urls).await?)),
+    ])
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[(((sorted.len() - 1) as f64) * p).round() as usize]
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// Figures by (workload, nodes, metric) for each implementation.
+#[derive(Default)]
+struct Table {
+    rows: BTreeMap<(usize, String, usize, String), BTreeMap<&'static str, f64>>,
+    order: usize,
+}
+
+impl Table {
+    fn put(&mut self, workload: &str, nodes: usize, metric: &str, implementation: &'static str, value: f64) {
+        let existing = self
+            .rows
+            .keys()
+            .find(|(_, w, n, m)| w == workload && *n == nodes && m == metric)
+            .cloned();
+        let key = existing.unwrap_or_else(|| {
+            self.order += 1;
+            (self.order, workload.to_owned(), nodes, metric.to_owned())
+        });
+        self.rows.entry(key).or_default().insert(implementation, value);
+    }
+}
+
+/// Workload 1 (and 4): sequential lock + unlock of distinct resources, the
+/// three implementations interleaved cycle by cycle.
+async fn latency(table: &mut Table, clients: &[Client], nodes: usize, cycles: usize, workload: &str) {
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); clients.len()];
+    for cycle in 0..cycles {
+        for (index, client) in clients.iter().enumerate() {
+            let resource = format!("bench:latency:{cycle}");
+            let started = Instant::now();
+            if let Some(held) = client.lock(&resource).await {
+                client.unlock(held).await;
+                samples[index].push(started.elapsed());
+            }
+        }
+    }
+    for (client, mut samples) in clients.iter().zip(samples) {
+        samples.sort();
+        let mean = samples.iter().sum::<Duration>().checked_div(samples.len() as u32).unwrap_or_default();
+        table.put(workload, nodes, "p50 µs", client.name(), micros(percentile(&samples, 0.5)));
+        table.put(workload, nodes, "p99 µs", client.name(), micros(percentile(&samples, 0.99)));
+        table.put(workload, nodes, "mean µs", client.name(), micros(mean));
+    }
+}
+
+/// Workload 2: 64 tasks, each lock + unlock of its own resources.
+async fn throughput(table: &mut Table, clients: &[Client], nodes: usize, duration: Duration) {
+    for client in clients {
+        let cycles = Arc::new(AtomicU64::new(0));
+        let stop = Instant::now() + duration;
+        let tasks: Vec<_> = (0..64)
+            .map(|task| {
+                let (client, cycles) = (client.clone(), cycles.clone());
+                tokio::spawn(async move {
+                    let mut n = 0u64;
+                    while Instant::now() < stop {
+                        let resource = format!("bench:throughput:{task}:{n}");
+                        if let Some(held) = client.lock(&resource).await {
+                            client.unlock(held).await;
+                            cycles.fetch_add(1, Ordering::Relaxed);
+                        }
+                        n += 1;
+                    }
+                })
+            })
+            .collect();
+        let started = Instant::now();
+        join_all(tasks).await;
+        let rate = cycles.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+        table.put("throughput", nodes, "cycles/s", client.name(), rate);
+    }
+}
+
+/// Commands run on the nodes so far (`INFO commandstats`, without INFO itself).
+async fn commands_run(urls: &[String]) -> Result<u64, AnyError> {
+    let mut total = 0;
+    for url in urls {
+        let mut connection = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
+        let stats: String = redis::cmd("INFO").arg("commandstats").query_async(&mut connection).await?;
+        for line in stats.lines().filter(|line| line.starts_with("cmdstat_") && !line.starts_with("cmdstat_info")) {
+            if let Some(calls) = line.split("calls=").nth(1).and_then(|rest| rest.split(',').next()) {
+                total += calls.parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// A precise 1 ms hold (tokio's timer rounds to whole milliseconds and more).
+async fn hold_one_ms() {
+    let _ = tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(1))).await;
+}
+
+/// Workload 3: 8 tasks, one resource, 1 ms holds.
+async fn contended(table: &mut Table, clients: &[Client], urls: &[String], duration: Duration) -> Result<(), AnyError> {
+    let nodes = urls.len();
+    for client in clients {
+        let before = commands_run(urls).await?;
+        let last_release = Arc::new(std::sync::Mutex::new(None::<Instant>));
+        let stop = Instant::now() + duration;
+        let started = Instant::now();
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (client, last_release) = (client.clone(), last_release.clone());
+                tokio::spawn(async move {
+                    let (mut waits, mut handoffs, mut failed) = (Vec::new(), Vec::new(), 0u64);
+                    while Instant::now() < stop {
+                        let asked = Instant::now();
+                        match client.lock("bench:contended").await {
+                            Some(held) => {
+                                let acquired = Instant::now();
+                                waits.push(acquired - asked);
+                                if let Some(released) = *last_release.lock().unwrap_or_else(|p| p.into_inner()) {
+                                    handoffs.push(acquired.saturating_duration_since(released));
+                                }
+                                hold_one_ms().await;
+                                *last_release.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+                                client.unlock(held).await;
+                            }
+                            None => failed += 1,
+                        }
+                    }
+                    (waits, handoffs, failed)
+                })
+            })
+            .collect();
+        let results = join_all(tasks).await;
+        let elapsed = started.elapsed();
+        let after = commands_run(urls).await?;
+        let (mut waits, mut handoffs, mut failed, mut counts) = (Vec::new(), Vec::new(), 0, Vec::new());
+        for result in results {
+            let (w, h, f) = result?;
+            counts.push(w.len());
+            waits.extend(w);
+            handoffs.extend(h);
+            failed += f;
+        }
+        waits.sort();
+        handoffs.sort();
+        let acquisitions = waits.len().max(1);
+        let name = client.name();
+        table.put("contended", nodes, "acquisitions/s", name, waits.len() as f64 / elapsed.as_secs_f64());
+        table.put("contended", nodes, "wait p50 ms", name, percentile(&waits, 0.5).as_secs_f64() * 1e3);
+        table.put("contended", nodes, "wait p99 ms", name, percentile(&waits, 0.99).as_secs_f64() * 1e3);
+        table.put("contended", nodes, "wait max ms", name, waits.last().copied().unwrap_or_default().as_secs_f64() * 1e3);
+        table.put("contended", nodes, "handoff p50 ms", name, percentile(&handoffs, 0.5).as_secs_f64() * 1e3);
+        table.put("contended", nodes, "per-task min", name, counts.iter().copied().min().unwrap_or(0) as f64);
+        table.put("contended", nodes, "per-task max", name, counts.iter().copied().max().unwrap_or(0) as f64);
+        table.put("contended", nodes, "failed calls", name, failed as f64);
+        table.put("contended", nodes, "commands/acq", name, (after - before) as f64 / acquisitions as f64);
+    }
+    Ok(())
+}
+
+/// Heap allocations per uncontended lock + unlock cycle.
+async fn allocations(table: &mut Table, clients: &[Client], nodes: usize, cycles: usize) {
+    for client in clients {
+        for warm in 0..20 {
+            if let Some(held) = client.lock(&format!("bench:alloc:warm:{warm}")).await {
+                client.unlock(held).await;
+            }
+        }
+        let resources: Vec<String> = (0..cycles).map(|cycle| format!("bench:alloc:{cycle}")).collect();
+        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        for resource in &resources {
+            if let Some(held) = client.lock(resource).await {
+                client.unlock(held).await;
+            }
+        }
+        let per_cycle = (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / cycles as f64;
+        table.put("allocations", nodes, "allocs/cycle", client.name(), per_cycle);
+    }
+}
+
+fn peak_rss_kib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("VmHWM:"))
+                .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+fn signal(pid_file: &std::path::Path, signal: &str) -> Result<(), AnyError> {
+    let pid = std::fs::read_to_string(pid_file)?;
+    let status = std::process::Command::new("kill").arg(format!("-{signal}")).arg(pid.trim()).status()?;
+    if !status.success() {
+        return Err(format!("kill -{signal} failed").into());
+    }
+    Ok(())
+}
+
+fn print(table: &Table, json: &mut impl Write) -> std::io::Result<()> {
+    println!(
+        "{:<12} {:>2} {:<15} {:>12} {:>12} {:>12} {:>9} {:>9}",
+        "workload", "N", "metric", "quorlock", "rslock", "floor", "q/floor", "q/rslock"
+    );
+    let ratio = |a: Option<&f64>, b: Option<&f64>| match (a, b) {
+        (Some(a), Some(b)) if *b != 0.0 => format!("{:.2}", a / b),
+        _ => "-".into(),
+    };
+    let cell = |v: Option<&f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
+    for ((_, workload, nodes, metric), values) in &table.rows {
+        let (q, r, f) = (values.get("quorlock"), values.get("rslock"), values.get("floor"));
+        println!(
+            "{workload:<12} {nodes:>2} {metric:<15} {:>12} {:>12} {:>12} {:>9} {:>9}",
+            cell(q),
+            cell(r),
+            cell(f),
+            ratio(q, f),
+            ratio(q, r)
+        );
+        let field = |v: Option<&f64>| v.map_or("null".into(), |v| format!("{v:.3}"));
+        writeln!(
+            json,
+            "{{\"workload\":\"{workload}\",\"nodes\":{nodes},\"metric\":\"{metric}\",\"quorlock\":{},\"rslock\":{},\"floor\":{}}}",
+            field(q),
+            field(r),
+            field(f)
+        )?;
+    }
+    Ok(())
+}
+
+async fn run(quick: bool, urls: &[String], json_path: &str) -> Result<(), AnyError> {
+    let redis_dir = std::env::var("BENCH_REDIS_DIR").ok();
+    let (cycles, window) = if quick { (50, Duration::from_millis(300)) } else { (3000, Duration::from_secs(3)) };
+    let mut table = Table::default();
+    for nodes in [1, 3, 5] {
+        let urls = &urls[..nodes];
+        let set = clients(urls, false).await?;
+        eprintln!("N = {nodes}: latency");
+        // Warm up: connect, load the scripts, fill the allocator's caches.
+        latency(&mut Table::default(), &set, nodes, cycles.min(200), "latency").await;
+        latency(&mut table, &set, nodes, cycles, "latency").await;
+        eprintln!("N = {nodes}: throughput");
+        throughput(&mut table, &set, nodes, window).await;
+        eprintln!("N = {nodes}: contended");
+        let contended_set = clients(urls, true).await?;
+        contended(&mut table, &contended_set, urls, window).await?;
+    }
+    let set = clients(&urls[..5], false).await?;
+    eprintln!("N = 5: allocations");
+    allocations(&mut table, &set, 5, cycles.min(1000)).await;
+    match &redis_dir {
+        Some(dir) => {
+            let port = urls[4].rsplit(':').next().unwrap_or_default();
+            let pid_file = std::path::Path::new(dir).join(port).join("redis.pid");
+            eprintln!("N = 5: frozen node");
+            signal(&pid_file, "STOP")?;
+            latency(&mut table, &set, 5, if quick { 3 } else { 10 }, "frozen node").await;
+            signal(&pid_file, "CONT")?;
+        }
+        None => eprintln!("BENCH_REDIS_DIR not set: the frozen-node workload is skipped"),
+    }
+    table.put("process", 0, "peak RSS KiB", "quorlock", peak_rss_kib());
+    let mut json = std::fs::File::create(json_path)?;
+    print(&table, &mut json)?;
+    println!("(JSON lines in {json_path})");
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.first().map(String::as_str) == Some("--quick");
+    if quick {
+        args.remove(0);
+    }
+    let mut json = "bench.jsonl".to_owned();
+    if args.first().map(String::as_str) == Some("--json") && args.len() > 1 {
+        json = args[1].clone();
+        args.drain(..2);
+    }
+    if args.len() < 5 {
+        eprintln!("usage: bench [--quick] [--json PATH] URL URL URL URL URL");
+        return std::process::ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("bench: {err}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(quick, &args, &json)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("bench: {err}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

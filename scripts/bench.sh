@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The benchmark: quorlock vs rslock vs the round-trip floor, on 5 throw-away
+# redis-servers, in one run (about 2 minutes). With 2 or more cores the
+# servers run on CPU 1 and the benchmark on CPU 0 (taskset).
+# Usage: scripts/bench.sh [--quick] [--json PATH]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/redis.sh
+
+ensure_redis_server
+redis_setup
+
+echo "== building the benchmark (release)"
+cargo build --release --quiet --example bench
+pin_servers=() pin_bench=()
+if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
+    pin_servers=(taskset -c 1) pin_bench=(taskset -c 0)
+    echo "== servers pinned to CPU 1, the benchmark to CPU 0"
+fi
+urls=()
+for _ in 1 2 3 4 5; do urls+=("$("${pin_servers[@]}" bash -c 'source scripts/redis.sh; REDIS_TMP="$1"; redis_start' _ "$REDIS_TMP")"); done
+echo "== nodes: ${urls[*]}"
+BENCH_REDIS_DIR="$REDIS_TMP" "${pin_bench[@]}" ./target/release/examples/bench "$@" "${urls[@]}"
