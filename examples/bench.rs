@@ -82,7 +82,10 @@ impl Client {
         match self {
             Client::Quorlock(redlock) => redlock.lock(resource, TTL).await.ok().map(Held::Quorlock),
             Client::Rslock(manager) => manager.lock(resource, TTL).await.ok().map(Held::Rslock),
-            Client::Floor(floor) => floor.lock(resource).await.map(|(key, token)| Held::Floor(key, token)),
+            Client::Floor(floor) => floor
+                .lock(resource)
+                .await
+                .map(|(key, token)| Held::Floor(key, token)),
         }
     }
 
@@ -108,7 +111,11 @@ impl Floor {
     async fn connect(urls: &[String]) -> Result<Floor, AnyError> {
         let mut connections = Vec::new();
         for url in urls {
-            connections.push(redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?);
+            connections.push(
+                redis::Client::open(url.as_str())?
+                    .get_multiplexed_async_connection()
+                    .await?,
+            );
         }
         Ok(Floor {
             connections,
@@ -202,7 +209,14 @@ struct Table {
 }
 
 impl Table {
-    fn put(&mut self, workload: &str, nodes: usize, metric: &str, implementation: &'static str, value: f64) {
+    fn put(
+        &mut self,
+        workload: &str,
+        nodes: usize,
+        metric: &str,
+        implementation: &'static str,
+        value: f64,
+    ) {
         let existing = self
             .rows
             .keys()
@@ -212,13 +226,22 @@ impl Table {
             self.order += 1;
             (self.order, workload.to_owned(), nodes, metric.to_owned())
         });
-        self.rows.entry(key).or_default().insert(implementation, value);
+        self.rows
+            .entry(key)
+            .or_default()
+            .insert(implementation, value);
     }
 }
 
 /// Workload 1 (and 4): sequential lock + unlock of distinct resources, the
 /// three implementations interleaved cycle by cycle.
-async fn latency(table: &mut Table, clients: &[Client], nodes: usize, cycles: usize, workload: &str) {
+async fn latency(
+    table: &mut Table,
+    clients: &[Client],
+    nodes: usize,
+    cycles: usize,
+    workload: &str,
+) {
     let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); clients.len()];
     for cycle in 0..cycles {
         for (index, client) in clients.iter().enumerate() {
@@ -232,9 +255,25 @@ async fn latency(table: &mut Table, clients: &[Client], nodes: usize, cycles: us
     }
     for (client, mut samples) in clients.iter().zip(samples) {
         samples.sort();
-        let mean = samples.iter().sum::<Duration>().checked_div(samples.len() as u32).unwrap_or_default();
-        table.put(workload, nodes, "p50 µs", client.name(), micros(percentile(&samples, 0.5)));
-        table.put(workload, nodes, "p99 µs", client.name(), micros(percentile(&samples, 0.99)));
+        let mean = samples
+            .iter()
+            .sum::<Duration>()
+            .checked_div(samples.len() as u32)
+            .unwrap_or_default();
+        table.put(
+            workload,
+            nodes,
+            "p50 µs",
+            client.name(),
+            micros(percentile(&samples, 0.5)),
+        );
+        table.put(
+            workload,
+            nodes,
+            "p99 µs",
+            client.name(),
+            micros(percentile(&samples, 0.99)),
+        );
         table.put(workload, nodes, "mean µs", client.name(), micros(mean));
     }
 }
@@ -271,10 +310,22 @@ async fn throughput(table: &mut Table, clients: &[Client], nodes: usize, duratio
 async fn commands_run(urls: &[String]) -> Result<u64, AnyError> {
     let mut total = 0;
     for url in urls {
-        let mut connection = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
-        let stats: String = redis::cmd("INFO").arg("commandstats").query_async(&mut connection).await?;
-        for line in stats.lines().filter(|line| line.starts_with("cmdstat_") && !line.starts_with("cmdstat_info")) {
-            if let Some(calls) = line.split("calls=").nth(1).and_then(|rest| rest.split(',').next()) {
+        let mut connection = redis::Client::open(url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?;
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut connection)
+            .await?;
+        for line in stats
+            .lines()
+            .filter(|line| line.starts_with("cmdstat_") && !line.starts_with("cmdstat_info"))
+        {
+            if let Some(calls) = line
+                .split("calls=")
+                .nth(1)
+                .and_then(|rest| rest.split(',').next())
+            {
                 total += calls.parse::<u64>().unwrap_or(0);
             }
         }
@@ -288,7 +339,12 @@ async fn hold_one_ms() {
 }
 
 /// Workload 3: 8 tasks, one resource, 1 ms holds.
-async fn contended(table: &mut Table, clients: &[Client], urls: &[String], duration: Duration) -> Result<(), AnyError> {
+async fn contended(
+    table: &mut Table,
+    clients: &[Client],
+    urls: &[String],
+    duration: Duration,
+) -> Result<(), AnyError> {
     let nodes = urls.len();
     for client in clients {
         let before = commands_run(urls).await?;
@@ -306,11 +362,14 @@ async fn contended(table: &mut Table, clients: &[Client], urls: &[String], durat
                             Some(held) => {
                                 let acquired = Instant::now();
                                 waits.push(acquired - asked);
-                                if let Some(released) = *last_release.lock().unwrap_or_else(|p| p.into_inner()) {
+                                if let Some(released) =
+                                    *last_release.lock().unwrap_or_else(|p| p.into_inner())
+                                {
                                     handoffs.push(acquired.saturating_duration_since(released));
                                 }
                                 hold_one_ms().await;
-                                *last_release.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+                                *last_release.lock().unwrap_or_else(|p| p.into_inner()) =
+                                    Some(Instant::now());
                                 client.unlock(held).await;
                             }
                             None => failed += 1,
@@ -323,7 +382,8 @@ async fn contended(table: &mut Table, clients: &[Client], urls: &[String], durat
         let results = join_all(tasks).await;
         let elapsed = started.elapsed();
         let after = commands_run(urls).await?;
-        let (mut waits, mut handoffs, mut failed, mut counts) = (Vec::new(), Vec::new(), 0, Vec::new());
+        let (mut waits, mut handoffs, mut failed, mut counts) =
+            (Vec::new(), Vec::new(), 0, Vec::new());
         for result in results {
             let (w, h, f) = result?;
             counts.push(w.len());
@@ -335,15 +395,63 @@ async fn contended(table: &mut Table, clients: &[Client], urls: &[String], durat
         handoffs.sort();
         let acquisitions = waits.len().max(1);
         let name = client.name();
-        table.put("contended", nodes, "acquisitions/s", name, waits.len() as f64 / elapsed.as_secs_f64());
-        table.put("contended", nodes, "wait p50 ms", name, percentile(&waits, 0.5).as_secs_f64() * 1e3);
-        table.put("contended", nodes, "wait p99 ms", name, percentile(&waits, 0.99).as_secs_f64() * 1e3);
-        table.put("contended", nodes, "wait max ms", name, waits.last().copied().unwrap_or_default().as_secs_f64() * 1e3);
-        table.put("contended", nodes, "handoff p50 ms", name, percentile(&handoffs, 0.5).as_secs_f64() * 1e3);
-        table.put("contended", nodes, "per-task min", name, counts.iter().copied().min().unwrap_or(0) as f64);
-        table.put("contended", nodes, "per-task max", name, counts.iter().copied().max().unwrap_or(0) as f64);
+        table.put(
+            "contended",
+            nodes,
+            "acquisitions/s",
+            name,
+            waits.len() as f64 / elapsed.as_secs_f64(),
+        );
+        table.put(
+            "contended",
+            nodes,
+            "wait p50 ms",
+            name,
+            percentile(&waits, 0.5).as_secs_f64() * 1e3,
+        );
+        table.put(
+            "contended",
+            nodes,
+            "wait p99 ms",
+            name,
+            percentile(&waits, 0.99).as_secs_f64() * 1e3,
+        );
+        table.put(
+            "contended",
+            nodes,
+            "wait max ms",
+            name,
+            waits.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
+        );
+        table.put(
+            "contended",
+            nodes,
+            "handoff p50 ms",
+            name,
+            percentile(&handoffs, 0.5).as_secs_f64() * 1e3,
+        );
+        table.put(
+            "contended",
+            nodes,
+            "per-task min",
+            name,
+            counts.iter().copied().min().unwrap_or(0) as f64,
+        );
+        table.put(
+            "contended",
+            nodes,
+            "per-task max",
+            name,
+            counts.iter().copied().max().unwrap_or(0) as f64,
+        );
         table.put("contended", nodes, "failed calls", name, failed as f64);
-        table.put("contended", nodes, "commands/acq", name, (after - before) as f64 / acquisitions as f64);
+        table.put(
+            "contended",
+            nodes,
+            "commands/acq",
+            name,
+            (after - before) as f64 / acquisitions as f64,
+        );
     }
     Ok(())
 }
@@ -356,7 +464,9 @@ async fn allocations(table: &mut Table, clients: &[Client], nodes: usize, cycles
                 client.unlock(held).await;
             }
         }
-        let resources: Vec<String> = (0..cycles).map(|cycle| format!("bench:alloc:{cycle}")).collect();
+        let resources: Vec<String> = (0..cycles)
+            .map(|cycle| format!("bench:alloc:{cycle}"))
+            .collect();
         let before = ALLOCATIONS.load(Ordering::Relaxed);
         for resource in &resources {
             if let Some(held) = client.lock(resource).await {
@@ -364,7 +474,13 @@ async fn allocations(table: &mut Table, clients: &[Client], nodes: usize, cycles
             }
         }
         let per_cycle = (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / cycles as f64;
-        table.put("allocations", nodes, "allocs/cycle", client.name(), per_cycle);
+        table.put(
+            "allocations",
+            nodes,
+            "allocs/cycle",
+            client.name(),
+            per_cycle,
+        );
     }
 }
 
@@ -382,7 +498,10 @@ fn peak_rss_kib() -> f64 {
 
 fn signal(pid_file: &std::path::Path, signal: &str) -> Result<(), AnyError> {
     let pid = std::fs::read_to_string(pid_file)?;
-    let status = std::process::Command::new("kill").arg(format!("-{signal}")).arg(pid.trim()).status()?;
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.trim())
+        .status()?;
     if !status.success() {
         return Err(format!("kill -{signal} failed").into());
     }
@@ -400,7 +519,11 @@ fn print(table: &Table, json: &mut impl Write) -> std::io::Result<()> {
     };
     let cell = |v: Option<&f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
     for ((_, workload, nodes, metric), values) in &table.rows {
-        let (q, r, f) = (values.get("quorlock"), values.get("rslock"), values.get("floor"));
+        let (q, r, f) = (
+            values.get("quorlock"),
+            values.get("rslock"),
+            values.get("floor"),
+        );
         println!(
             "{workload:<12} {nodes:>2} {metric:<15} {:>12} {:>12} {:>12} {:>9} {:>9}",
             cell(q),
@@ -423,14 +546,25 @@ fn print(table: &Table, json: &mut impl Write) -> std::io::Result<()> {
 
 async fn run(quick: bool, urls: &[String], json_path: &str) -> Result<(), AnyError> {
     let redis_dir = std::env::var("BENCH_REDIS_DIR").ok();
-    let (cycles, window) = if quick { (50, Duration::from_millis(300)) } else { (3000, Duration::from_secs(3)) };
+    let (cycles, window) = if quick {
+        (50, Duration::from_millis(300))
+    } else {
+        (3000, Duration::from_secs(3))
+    };
     let mut table = Table::default();
     for nodes in [1, 3, 5] {
         let urls = &urls[..nodes];
         let set = clients(urls, false).await?;
         eprintln!("N = {nodes}: latency");
         // Warm up: connect, load the scripts, fill the allocator's caches.
-        latency(&mut Table::default(), &set, nodes, cycles.min(200), "latency").await;
+        latency(
+            &mut Table::default(),
+            &set,
+            nodes,
+            cycles.min(200),
+            "latency",
+        )
+        .await;
         latency(&mut table, &set, nodes, cycles, "latency").await;
         eprintln!("N = {nodes}: throughput");
         throughput(&mut table, &set, nodes, window).await;
@@ -447,7 +581,14 @@ async fn run(quick: bool, urls: &[String], json_path: &str) -> Result<(), AnyErr
             let pid_file = std::path::Path::new(dir).join(port).join("redis.pid");
             eprintln!("N = 5: frozen node");
             signal(&pid_file, "STOP")?;
-            latency(&mut table, &set, 5, if quick { 3 } else { 10 }, "frozen node").await;
+            latency(
+                &mut table,
+                &set,
+                5,
+                if quick { 3 } else { 10 },
+                "frozen node",
+            )
+            .await;
             signal(&pid_file, "CONT")?;
         }
         None => eprintln!("BENCH_REDIS_DIR not set: the frozen-node workload is skipped"),
@@ -474,7 +615,11 @@ fn main() -> std::process::ExitCode {
         eprintln!("usage: bench [--quick] [--json PATH] URL URL URL URL URL");
         return std::process::ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("bench: {err}");

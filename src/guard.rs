@@ -12,6 +12,7 @@ use tracing::Instrument;
 use crate::error::{Error, LostReason, NodeError, Result};
 use crate::redlock::{Inner, Ttl, show_resource};
 use crate::round::{Answer, Round, Until};
+use crate::waiting::Turn;
 
 /// How a successful [`LockGuard::unlock`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +51,8 @@ pub struct LockGuard {
     lost: bool,
     /// Whether Drop still has to release the keys.
     armed: bool,
+    /// This client's turn for the resource, passed on at release.
+    turn: Option<Turn>,
 }
 
 impl fmt::Debug for LockGuard {
@@ -85,6 +88,7 @@ impl LockGuard {
             extensions: 0,
             lost: false,
             armed: true,
+            turn: None,
         }
     }
 
@@ -92,8 +96,9 @@ impl LockGuard {
         &self.token
     }
 
-    /// Records a won round that started at `start`.
-    pub(crate) fn mark_acquired(&mut self, start: Instant) {
+    /// Records a won round that started at `start`, keeping the waiting-room turn.
+    pub(crate) fn mark_acquired(&mut self, start: Instant, turn: Option<Turn>) {
+        self.turn = turn;
         self.acquired_at = start;
         self.valid_until = start + (self.ttl.ttl - self.ttl.drift);
     }
@@ -108,7 +113,7 @@ impl LockGuard {
             .map(|answer| *answer == Answer::Granted)
             .collect();
         self.inner
-            .release_round(&self.key, &self.token, Until::Answered(awaited))
+            .release_round(&self.key, &self.token, Until::Answered(awaited), None)
             .await;
         self.armed = false;
     }
@@ -263,7 +268,7 @@ impl LockGuard {
         let span = tracing::debug_span!("quorlock.unlock", resource = %self.shown_resource());
         let mut round = self
             .inner
-            .release_round(&self.key, &self.token, Until::QuorumOrAll)
+            .release_round(&self.key, &self.token, Until::QuorumOrAll, self.turn.take())
             .instrument(span.clone())
             .await;
         self.armed = false;
@@ -406,8 +411,11 @@ impl Drop for LockGuard {
                 let inner = self.inner.clone();
                 let key = self.key.clone();
                 let token = self.token.clone();
+                let turn = self.turn.take();
                 runtime.spawn(async move {
-                    inner.release_round(&key, &token, Until::QuorumOrAll).await;
+                    inner
+                        .release_round(&key, &token, Until::QuorumOrAll, turn)
+                        .await;
                 });
             }
             Err(_) => tracing::warn!(

@@ -17,7 +17,8 @@
 //! - `quorum.rs`: the pure arithmetic (quorum, drift, validity, jitter) and
 //!   [`Votes`]; `round.rs`: one parallel round to all nodes; `node.rs`: one
 //!   node's connection and calls; `scripts.rs`: the Lua; `contact.rs`: the
-//!   first-contact checks (the same server listed twice, replicas).
+//!   first-contact checks (the same server listed twice, replicas);
+//!   `waiting.rs`: the first-in first-out turn of one client's callers.
 //! - [`LockStatus`] (`status.rs`): what each node holds, for operators.
 //! - [`enum@Error`] (`error.rs`): one error type, with [`Votes`],
 //!   [`LostReason`] and [`NodeError`].
@@ -115,6 +116,7 @@ mod redlock;
 mod round;
 mod scripts;
 mod status;
+mod waiting;
 
 pub use builder::{
     DEFAULT_DRIFT_FACTOR, DEFAULT_KEY_PREFIX, DEFAULT_MAX_HOLD, DEFAULT_NODE_TIMEOUT,

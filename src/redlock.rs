@@ -16,6 +16,7 @@ use crate::node::Node;
 use crate::quorum::{self, MAX_TTL};
 use crate::round::{Round, Until};
 use crate::status::LockStatus;
+use crate::waiting::{Turn, WaitingRoom};
 use futures::FutureExt;
 
 /// The longest resource name accepted, in bytes.
@@ -58,6 +59,7 @@ pub(crate) struct Inner {
     pub(crate) nodes: Arc<[Node]>,
     pub(crate) config: Config,
     contact: Arc<FirstContact>,
+    waiting: Arc<WaitingRoom>,
 }
 
 /// A TTL checked against the limits, in whole milliseconds, with its drift allowance.
@@ -115,6 +117,7 @@ impl Redlock {
                 nodes: nodes.into(),
                 config,
                 contact,
+                waiting: Arc::default(),
             }),
         }
     }
@@ -310,20 +313,37 @@ impl Inner {
 
     /// The release script, sent to every node. Returns when `until` says so;
     /// the other nodes get the request in the background.
+    ///
+    /// A `turn` in the waiting room passes on as soon as the release requests
+    /// are handed to the node connections, before their answers: the next
+    /// waiter's acquire then follows the release on each connection.
     pub(crate) async fn release_round(
         &self,
         key: &Arc<[u8]>,
         token: &Arc<str>,
         until: Until,
+        turn: Option<Turn>,
     ) -> Round {
         let calls = self
             .nodes
             .iter()
             .map(|node| node.release(key.clone(), token.clone()));
-        self.round(calls, until).await
+        let mut round = Round::start(calls);
+        {
+            let mut collecting = std::pin::pin!(round.collect(until));
+            // The first poll sends every request.
+            let sent = futures::poll!(collecting.as_mut());
+            drop(turn);
+            if sent.is_pending() {
+                collecting.await;
+            }
+        }
+        round
     }
 
     /// The acquire loop behind `lock` (`retries` > 0) and `try_lock` (0).
+    /// With retries, callers of this client wait their turn for the resource
+    /// (see `waiting.rs`) before talking to the nodes.
     async fn acquire(
         self: &Arc<Self>,
         resource: &[u8],
@@ -342,6 +362,17 @@ impl Inner {
             .and_then(|timeout| Instant::now().checked_add(timeout));
         let span = tracing::debug_span!("quorlock.lock", resource = %show_resource(resource), ttl_ms = ttl.millis);
         async move {
+            let (turn, retries) = if retries == 0 {
+                (None, 0)
+            } else {
+                let wait_until = deadline.unwrap_or_else(|| self.retry_budget_end(retries));
+                match self.waiting.enter(&key, wait_until).await {
+                    Some(turn) => (Some(turn), retries),
+                    // Out of time behind other callers: one last round.
+                    None => (None, 0),
+                }
+            };
+            let mut turn = turn;
             let mut attempt: u32 = 0;
             loop {
                 attempt = attempt.saturating_add(1);
@@ -363,7 +394,7 @@ impl Inner {
                 );
                 let validity = quorum::validity(ttl.ttl, elapsed, ttl.drift);
                 if round.votes.has_quorum() && validity.is_some() {
-                    guard.mark_acquired(start);
+                    guard.mark_acquired(start, turn.take());
                     return Ok(guard);
                 }
                 // Every node answers (or times out) before the release, so that
@@ -385,6 +416,20 @@ impl Inner {
         }
         .instrument(span)
         .await
+    }
+
+    /// When `retries` rounds with their pauses would be over at the latest:
+    /// how long a caller without an acquire timeout waits for its turn.
+    fn retry_budget_end(&self, retries: u32) -> Instant {
+        let config = &self.config;
+        let per_round = config
+            .retry_delay
+            .saturating_add(config.retry_jitter)
+            .saturating_add(config.node_timeout.saturating_mul(2));
+        let budget = per_round
+            .saturating_mul(retries.saturating_add(1))
+            .min(Duration::from_secs(3600));
+        Instant::now() + budget
     }
 }
 
