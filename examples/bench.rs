@@ -544,6 +544,15 @@ fn print(table: &Table, json: &mut impl Write) -> std::io::Result<()> {
     Ok(())
 }
 
+/// `--profile`: only quorlock's throughput at N = 5, for a profiler to watch.
+async fn profile(urls: &[String]) -> Result<(), AnyError> {
+    let set = clients(&urls[..5], false).await?;
+    let mut table = Table::default();
+    throughput(&mut table, &set[..1], 5, Duration::from_secs(5)).await;
+    print(&table, &mut std::io::sink())?;
+    Ok(())
+}
+
 async fn run(quick: bool, urls: &[String], json_path: &str) -> Result<(), AnyError> {
     let redis_dir = std::env::var("BENCH_REDIS_DIR").ok();
     let (cycles, window) = if quick {
@@ -603,7 +612,8 @@ async fn run(quick: bool, urls: &[String], json_path: &str) -> Result<(), AnyErr
 fn main() -> std::process::ExitCode {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.first().map(String::as_str) == Some("--quick");
-    if quick {
+    let profiling = args.first().map(String::as_str) == Some("--profile");
+    if quick || profiling {
         args.remove(0);
     }
     let mut json = "bench.jsonl".to_owned();
@@ -626,7 +636,12 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(quick, &args, &json)) {
+    let outcome = if profiling {
+        runtime.block_on(profile(&args))
+    } else {
+        runtime.block_on(run(quick, &args, &json))
+    };
+    match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("bench: {err}");

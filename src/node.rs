@@ -4,6 +4,7 @@
 use std::future::Future;
 
 use futures::FutureExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -31,6 +32,8 @@ pub(crate) struct Node {
     /// Created on first use, inside the runtime (creating it spawns a task).
     connection: OnceLock<ConnectionManager>,
     timeout: Duration,
+    /// Set once the server refused `SET NX GET` (Redis < 7.0).
+    legacy_set: Arc<AtomicBool>,
 }
 
 impl Node {
@@ -41,6 +44,7 @@ impl Node {
             client,
             connection: OnceLock::new(),
             timeout,
+            legacy_set: Arc::default(),
         }
     }
 
@@ -96,15 +100,59 @@ impl Node {
         }
     }
 
-    /// The acquire script (`SET key token NX PX ttl_ms`, reporting a key of
-    /// the wrong type): `Ok(true)` when set, `Ok(false)` when the key exists.
+    /// `SET key token NX GET PX ttl_ms`: `Ok(true)` when set, `Ok(false)` when
+    /// the key exists. Unlike a bare `SET NX`, a key of another type under the
+    /// lock name is reported (`WRONGTYPE`) instead of passing for another
+    /// holder. Servers older than Redis 7.0 refuse `NX` with `GET`; for them
+    /// the node falls back to `SET NX PX` from then on.
     pub(crate) fn acquire(
         &self,
         key: Arc<[u8]>,
         token: Arc<str>,
         ttl_ms: u64,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
-        self.script(&scripts::ACQUIRE, key, token, Some(ttl_ms))
+        let name = self.name.clone();
+        let legacy = self.legacy_set.clone();
+        let call = self.bounded(move |mut connection| async move {
+            let set = |with_get: bool| {
+                let mut cmd = redis::cmd("SET");
+                cmd.arg(&*key).arg(&*token).arg("NX");
+                if with_get {
+                    cmd.arg("GET");
+                }
+                cmd.arg("PX").arg(ttl_ms);
+                cmd
+            };
+            if !legacy.load(Ordering::Relaxed) {
+                match set(true).query_async::<Value>(&mut connection).await {
+                    Err(err)
+                        if err.code() == Some("ERR")
+                            && err.detail().is_some_and(|d| d.contains("syntax")) =>
+                    {
+                        tracing::debug!(
+                            "SET NX GET refused (Redis < 7.0): using SET NX on this node"
+                        );
+                        legacy.store(true, Ordering::Relaxed);
+                    }
+                    answer => return answer.map(|value| (value, true)),
+                }
+            }
+            set(false)
+                .query_async::<Value>(&mut connection)
+                .await
+                .map(|value| (value, false))
+        });
+        async move {
+            match call.await? {
+                // With GET: nil means the key was absent and is now ours.
+                (Value::Nil, true) | (Value::Okay, false) => Ok(true),
+                (Value::BulkString(_), true) | (Value::Nil, false) => Ok(false),
+                (other, _) => Err(NodeError::new(
+                    name,
+                    NodeErrorKind::UnexpectedReply(format!("{other:?}")),
+                )),
+            }
+        }
     }
 
     /// The extend script: `Ok(true)` when our key's TTL was reset to `ttl_ms`.

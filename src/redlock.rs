@@ -293,7 +293,7 @@ impl Inner {
         round
     }
 
-    /// The acquire script (`SET NX PX`) on every node; decided early.
+    /// `SET NX GET PX` on every node; decided early.
     pub(crate) async fn acquire_round(&self, key: &Arc<[u8]>, token: &Arc<str>, ttl: Ttl) -> Round {
         let calls = self
             .nodes

@@ -74,26 +74,44 @@ impl Round {
     }
 
     /// Tallies answers until `until` holds or every node has answered.
+    ///
+    /// Answers that are about to arrive when the round is over (on loopback,
+    /// microseconds behind the quorum) are still taken, after giving the
+    /// connections' tasks two chances to run: that spares a background task
+    /// for them. A node that is slower than that finishes in the background.
     pub(crate) async fn collect(&mut self, until: Until) {
         while !self.is_over(&until) {
             let Some((index, answer)) = self.pending.next().await else {
                 return;
             };
-            match answer {
-                Ok(granted) => {
-                    self.votes.record(Some(granted));
-                    self.answers[index] = if granted {
-                        Answer::Granted
-                    } else {
-                        Answer::Refused
-                    };
-                }
-                Err(err) => {
-                    tracing::trace!(error = %err, "node failed");
-                    self.votes.record(None);
-                    self.answers[index] = Answer::Failed;
-                    self.last_error = Some(err);
-                }
+            self.record(index, answer);
+        }
+        for _ in 0..2 {
+            if self.pending.is_empty() {
+                return;
+            }
+            tokio::task::yield_now().await;
+            while let Some(Some((index, answer))) = self.pending.next().now_or_never() {
+                self.record(index, answer);
+            }
+        }
+    }
+
+    fn record(&mut self, index: usize, answer: Result<bool, NodeError>) {
+        match answer {
+            Ok(granted) => {
+                self.votes.record(Some(granted));
+                self.answers[index] = if granted {
+                    Answer::Granted
+                } else {
+                    Answer::Refused
+                };
+            }
+            Err(err) => {
+                tracing::trace!(error = %err, "node failed");
+                self.votes.record(None);
+                self.answers[index] = Answer::Failed;
+                self.last_error = Some(err);
             }
         }
     }

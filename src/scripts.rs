@@ -5,20 +5,6 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Sets `KEYS[1]` to our token `ARGV[1]` with a TTL of `ARGV[2]` ms only if it
-/// is absent: 1 when set, 0 when the key exists. Unlike a bare `SET NX`, a key
-/// of another type under the lock name is reported (`WRONGTYPE` from `GET`)
-/// instead of passing for another holder.
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"if redis.call("get", KEYS[1]) then
-    return 0
-end
-redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2])
-return 1"#,
-    )
-});
-
 /// Deletes `KEYS[1]` only while it holds our token `ARGV[1]`. Returns 1 when it
 /// deleted the key, 0 when the key was absent or held under another token.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
