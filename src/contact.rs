@@ -9,8 +9,8 @@
 //!
 //! Nodes that do not answer then are asked again, in the background, when a
 //! later lock finds them still unchecked. Until checked, their votes count:
-//! a duplicate cannot grant one key twice (the acquire script refuses an
-//! existing key), and a replica's writes fail.
+//! a duplicate cannot grant one key twice (`SET NX` refuses an existing
+//! key), and a replica's writes fail.
 
 use std::sync::{Arc, Mutex, OnceLock};
 

@@ -74,26 +74,12 @@ impl Round {
     }
 
     /// Tallies answers until `until` holds or every node has answered.
-    ///
-    /// Answers that are about to arrive when the round is over (on loopback,
-    /// microseconds behind the quorum) are still taken, after giving the
-    /// connections' tasks two chances to run: that spares a background task
-    /// for them. A node that is slower than that finishes in the background.
     pub(crate) async fn collect(&mut self, until: Until) {
         while !self.is_over(&until) {
             let Some((index, answer)) = self.pending.next().await else {
                 return;
             };
             self.record(index, answer);
-        }
-        for _ in 0..2 {
-            if self.pending.is_empty() {
-                return;
-            }
-            tokio::task::yield_now().await;
-            while let Some(Some((index, answer))) = self.pending.next().now_or_never() {
-                self.record(index, answer);
-            }
         }
     }
 
