@@ -8,9 +8,8 @@
 //!   replicates on failover: quorlock needs independent masters.
 //!
 //! Nodes that do not answer then are asked again, in the background, when a
-//! later lock finds them still unchecked. Until checked, their votes count:
-//! a duplicate cannot grant one key twice (`SET NX` refuses an existing
-//! key), and a replica's writes fail.
+//! later lock finds them still unchecked. Until a node is checked, its grants
+//! do not count toward a quorum (its key is still released like any other).
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -59,6 +58,24 @@ impl FirstContact {
             .await;
         self.recheck_in_background(nodes);
         self.misconfigured.get().cloned()
+    }
+
+    /// Which nodes' grants count: those checked. `None` when all are (the
+    /// usual case, without allocating).
+    pub(crate) fn counted(&self) -> Option<Vec<bool>> {
+        let checks = self.lock_checks();
+        if checks
+            .iter()
+            .all(|check| matches!(check, Check::Checked(_)))
+        {
+            return None;
+        }
+        Some(
+            checks
+                .iter()
+                .map(|check| matches!(check, Check::Checked(_)))
+                .collect(),
+        )
     }
 
     fn lock_checks(&self) -> std::sync::MutexGuard<'_, Vec<Check>> {

@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use crate::builder::{Config, RedlockBuilder};
 use crate::contact::FirstContact;
-use crate::error::{Error, NodeError, Result};
+use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::node::Node;
 use crate::quorum::{self, MAX_TTL};
@@ -283,32 +283,28 @@ impl Inner {
         Ok(key.into())
     }
 
-    /// Runs a round of `calls` until `until` holds.
-    async fn round<Fut>(&self, calls: impl ExactSizeIterator<Item = Fut>, until: Until) -> Round
-    where
-        Fut: Future<Output = std::result::Result<bool, NodeError>> + Send + 'static,
-    {
-        let mut round = Round::start(calls);
-        round.collect(until).await;
-        round
-    }
-
-    /// `SET NX GET PX` on every node; decided early.
+    /// `SET NX GET PX` on every node; decided early. Grants of nodes not yet
+    /// checked at first contact do not count.
     pub(crate) async fn acquire_round(&self, key: &Arc<[u8]>, token: &Arc<str>, ttl: Ttl) -> Round {
         let calls = self
             .nodes
             .iter()
             .map(|node| node.acquire(key.clone(), token.clone(), ttl.millis));
-        self.round(calls, Until::Decided).await
+        let mut round = Round::start(calls).counting(self.contact.counted());
+        round.collect(Until::Decided).await;
+        round
     }
 
-    /// The extend script on every node; decided early.
+    /// The extend script on every node; decided early. As in acquisition,
+    /// grants of nodes not yet checked do not count.
     pub(crate) async fn extend_round(&self, key: &Arc<[u8]>, token: &Arc<str>, ttl: Ttl) -> Round {
         let calls = self
             .nodes
             .iter()
             .map(|node| node.extend(key.clone(), token.clone(), ttl.millis));
-        self.round(calls, Until::Decided).await
+        let mut round = Round::start(calls).counting(self.contact.counted());
+        round.collect(Until::Decided).await;
+        round
     }
 
     /// The release script, sent to every node. Returns when `until` says so;

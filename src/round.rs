@@ -52,6 +52,8 @@ pub(crate) struct Round {
     /// The last error a node answered with, if any.
     pub(crate) last_error: Option<NodeError>,
     pending: FuturesUnordered<Call>,
+    /// Nodes whose grants count toward the quorum; `None`: all.
+    counted: Option<Vec<bool>>,
 }
 
 impl Round {
@@ -70,7 +72,16 @@ impl Round {
             answers: vec![Answer::Pending; nodes],
             last_error: None,
             pending,
+            counted: None,
         }
+    }
+
+    /// Counts grants only from the nodes marked `true` (`None`: all). A grant
+    /// from another node is a failed vote, though its answer stays `Granted`
+    /// so that a release reaches it.
+    pub(crate) fn counting(mut self, counted: Option<Vec<bool>>) -> Round {
+        self.counted = counted;
+        self
     }
 
     /// Tallies answers until `until` holds or every node has answered.
@@ -86,7 +97,12 @@ impl Round {
     fn record(&mut self, index: usize, answer: Result<bool, NodeError>) {
         match answer {
             Ok(granted) => {
-                self.votes.record(Some(granted));
+                let counts = self.counted.as_ref().is_none_or(|counted| counted[index]);
+                self.votes.record(if counts || !granted {
+                    Some(granted)
+                } else {
+                    None
+                });
                 self.answers[index] = if granted {
                     Answer::Granted
                 } else {
