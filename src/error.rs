@@ -286,9 +286,13 @@ impl NodeError {
         &self.kind
     }
 
-    /// Whether the node did not answer within the per-node timeout.
+    /// Whether the node did not answer within the per-node timeout (now, or
+    /// last time, so that it was skipped).
     pub fn is_timeout(&self) -> bool {
-        matches!(self.kind, NodeErrorKind::Timeout(_))
+        matches!(
+            self.kind,
+            NodeErrorKind::Timeout(_) | NodeErrorKind::Unresponsive(_)
+        )
     }
 }
 
@@ -299,6 +303,10 @@ pub enum NodeErrorKind {
     /// No answer within the per-node timeout.
     #[error("no answer within {0:?}")]
     Timeout(Duration),
+    /// Not asked: the node's last call timed out and it has not answered a
+    /// probe since (it is probed in the background and used again once it does).
+    #[error("skipped: no answer within {0:?} last time, not answered a probe since")]
+    Unresponsive(Duration),
     /// The connection failed or the node answered with an error. Shown as the
     /// node's own reply (`READONLY You can't write…`) where there is one.
     #[error("{}", show_redis_error(.0))]

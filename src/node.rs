@@ -23,6 +23,53 @@ pub(crate) struct Identity {
     pub(crate) role: Option<String>,
 }
 
+/// Whether a node answers in time, shared with its probe.
+#[derive(Debug, Default)]
+struct Health {
+    /// The last call timed out and no probe has been answered since.
+    unresponsive: AtomicBool,
+    /// A probe task is running.
+    probing: AtomicBool,
+}
+
+impl Health {
+    /// Marks the node unresponsive and starts probing it with `PING` (each
+    /// bounded by `timeout`) until it answers.
+    fn timed_out(
+        self: &Arc<Self>,
+        connection: ConnectionManager,
+        timeout: Duration,
+        name: &Arc<str>,
+    ) {
+        self.unresponsive.store(true, Ordering::Relaxed);
+        if self.probing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.probing.store(false, Ordering::Release);
+            return;
+        };
+        tracing::debug!(node = %name, "node timed out: skipped until it answers a PING");
+        let health = self.clone();
+        let name = name.clone();
+        runtime.spawn(async move {
+            let mut connection = connection;
+            let ping = redis::cmd("PING");
+            loop {
+                let answer = ping.query_async::<Value>(&mut connection);
+                // Any answer, even an error, shows the node is not frozen.
+                if tokio::time::timeout(timeout, answer).await.is_ok() {
+                    break;
+                }
+                tokio::time::sleep(timeout).await;
+            }
+            tracing::debug!(node = %name, "node answers again");
+            health.unresponsive.store(false, Ordering::Relaxed);
+            health.probing.store(false, Ordering::Release);
+        });
+    }
+}
+
 /// One node of the lock. Cheap to share: calls clone the connection handle.
 #[derive(Debug)]
 pub(crate) struct Node {
@@ -34,6 +81,7 @@ pub(crate) struct Node {
     timeout: Duration,
     /// Set once the server refused `SET NX GET` (Redis < 7.0).
     legacy_set: Arc<AtomicBool>,
+    health: Arc<Health>,
 }
 
 impl Node {
@@ -45,6 +93,7 @@ impl Node {
             connection: OnceLock::new(),
             timeout,
             legacy_set: Arc::default(),
+            health: Arc::default(),
         }
     }
 
@@ -78,8 +127,13 @@ impl Node {
     }
 
     /// Runs `call` on this node's connection, bounded by the per-node timeout.
+    ///
+    /// With `skip_unresponsive`, a node whose last call timed out and that has
+    /// not answered a probe since is not asked: an immediate vote against,
+    /// instead of one more request piling up behind a frozen server.
     fn bounded<T, F, Fut>(
         &self,
+        skip_unresponsive: bool,
         call: F,
     ) -> impl Future<Output = Result<T, NodeError>> + Send + 'static
     where
@@ -87,15 +141,23 @@ impl Node {
         Fut: Future<Output = Result<T, RedisError>> + Send + 'static,
         T: Send + 'static,
     {
-        let connection = self.connection();
+        let connection = if skip_unresponsive && self.health.unresponsive.load(Ordering::Relaxed) {
+            Err(self.error(NodeErrorKind::Unresponsive(self.timeout)))
+        } else {
+            self.connection()
+        };
         let name = self.name.clone();
         let timeout = self.timeout;
+        let health = self.health.clone();
         async move {
             let connection = connection?;
-            match tokio::time::timeout(timeout, call(connection)).await {
+            match tokio::time::timeout(timeout, call(connection.clone())).await {
                 Ok(Ok(value)) => Ok(value),
                 Ok(Err(err)) => Err(NodeError::new(name, NodeErrorKind::Redis(Arc::new(err)))),
-                Err(_) => Err(NodeError::new(name, NodeErrorKind::Timeout(timeout))),
+                Err(_) => {
+                    health.timed_out(connection, timeout, &name);
+                    Err(NodeError::new(name, NodeErrorKind::Timeout(timeout)))
+                }
             }
         }
     }
@@ -113,7 +175,7 @@ impl Node {
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
         let name = self.name.clone();
         let legacy = self.legacy_set.clone();
-        let call = self.bounded(move |mut connection| async move {
+        let call = self.bounded(true, move |mut connection| async move {
             let set = |with_get: bool| {
                 let mut cmd = redis::cmd("SET");
                 cmd.arg(&*key).arg(&*token).arg("NX");
@@ -162,7 +224,7 @@ impl Node {
         token: Arc<str>,
         ttl_ms: u64,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
-        self.script(&scripts::EXTEND, key, token, Some(ttl_ms))
+        self.script(&scripts::EXTEND, true, key, token, Some(ttl_ms))
     }
 
     /// The release script: `Ok(true)` when our key was deleted.
@@ -171,7 +233,8 @@ impl Node {
         key: Arc<[u8]>,
         token: Arc<str>,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
-        self.script(&scripts::RELEASE, key, token, None)
+        // Always sent: a node that was slow may still hold our key.
+        self.script(&scripts::RELEASE, false, key, token, None)
     }
 
     /// The holder's token and remaining TTL (ms) of `key`, or `None` when absent.
@@ -179,7 +242,7 @@ impl Node {
         &self,
         key: Arc<[u8]>,
     ) -> impl Future<Output = Result<Option<(String, i64)>, NodeError>> + Send + 'static {
-        let call = self.bounded(move |mut connection| async move {
+        let call = self.bounded(false, move |mut connection| async move {
             scripts::INSPECT
                 .key(&*key)
                 .invoke_async::<Option<(Vec<u8>, i64)>>(&mut connection)
@@ -200,7 +263,7 @@ impl Node {
         &self,
     ) -> impl Future<Output = Result<Identity, NodeError>> + Send + 'static {
         let name = self.name.clone();
-        let call = self.bounded(move |mut connection| async move {
+        let call = self.bounded(false, move |mut connection| async move {
             let answer = redis::pipe()
                 .cmd("INFO")
                 .arg("server")
@@ -239,12 +302,13 @@ impl Node {
     fn script(
         &self,
         script: &'static redis::Script,
+        skip_unresponsive: bool,
         key: Arc<[u8]>,
         token: Arc<str>,
         ttl_ms: Option<u64>,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
         let name = self.name.clone();
-        let call = self.bounded(move |mut connection| async move {
+        let call = self.bounded(skip_unresponsive, move |mut connection| async move {
             let mut invocation = script.prepare_invoke();
             invocation.key(&*key).arg(&*token);
             if let Some(ttl_ms) = ttl_ms {

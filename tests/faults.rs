@@ -125,6 +125,12 @@ async fn slow_node_is_a_vote_against() {
     assert!(source.contains("no answer within 100ms"), "{source}");
     let slow_ports = [nodes[0].port(), nodes[1].port()];
     assert!(
+        std::error::Error::source(&err)
+            .and_then(|source| source.downcast_ref::<quorlock::NodeError>())
+            .is_some_and(quorlock::NodeError::is_timeout),
+        "{err:?}"
+    );
+    assert!(
         slow_ports
             .iter()
             .any(|port| source.contains(&format!("127.0.0.1:{port}"))),
@@ -133,14 +139,21 @@ async fn slow_node_is_a_vote_against() {
     for sleeper in sleepers {
         sleeper.join().unwrap();
     }
-    // Back to normal once the sleep is over.
+    // Until they answer a probe, the slow nodes are skipped (a vote against
+    // without waiting); once the sleep is over they are used again.
+    let started = Instant::now();
     redlock
-        .try_lock("faults:slow2", TTL)
+        .lock("faults:slow2", TTL)
         .await
         .unwrap()
         .unlock()
         .await
         .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
 }
 
 /// The lock of `redlock` on `resource` fails on a single misbehaving `node`
