@@ -116,23 +116,7 @@ fn majority_killed_terminates_cmd_with_the_lost_code() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while !pid_file.exists()
-        || std::fs::read_to_string(&pid_file)
-            .unwrap()
-            .trim()
-            .is_empty()
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "CMD never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let cmd_pid = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .to_owned();
+    let cmd_pid = wait_for_pid(&pid_file);
     nodes[0].kill();
     nodes[1].kill();
     let killed = Instant::now();
@@ -178,26 +162,26 @@ fn cmd_ignoring_sigterm_is_killed_after_the_grace() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let cmd_pid = wait_for_pid(&pid_file);
+    nodes[0].kill();
+    assert_eq!(child.wait().unwrap().code(), Some(EXIT_LOST));
+    assert!(!process_alive(&cmd_pid), "CMD got SIGKILL");
+}
+
+/// The pid CMD wrote to `pid_file`, once it has (at most 10 s).
+fn wait_for_pid(pid_file: &Path) -> String {
     let started = Instant::now();
-    while !pid_file.exists()
-        || std::fs::read_to_string(&pid_file)
-            .unwrap()
-            .trim()
-            .is_empty()
-    {
+    loop {
+        let pid = std::fs::read_to_string(pid_file).unwrap_or_default();
+        if !pid.trim().is_empty() {
+            return pid.trim().to_owned();
+        }
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "CMD never started"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let cmd_pid = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .to_owned();
-    nodes[0].kill();
-    assert_eq!(child.wait().unwrap().code(), Some(EXIT_LOST));
-    assert!(!process_alive(&cmd_pid), "CMD got SIGKILL");
 }
 
 fn process_alive(pid: &str) -> bool {

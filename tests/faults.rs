@@ -356,18 +356,10 @@ async fn node_checked_when_it_comes_up_later() {
         .await
         .unwrap();
     late.spawn().unwrap();
-    let key = redlock.key("faults:late").unwrap();
-    let mut used = false;
-    for _ in 0..50 {
-        let guard = redlock.lock("faults:late", TTL).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        used = late.get(&key).is_some();
-        guard.unlock().await.unwrap();
-        if used {
-            break;
-        }
-    }
-    assert!(used, "the late node was checked and used");
+    assert!(
+        support::lock_until_held_on(&redlock, "faults:late", &late).await,
+        "the late node was checked and used"
+    );
 }
 
 /// A password in the URL works against `--requirepass`, and an ACL user's

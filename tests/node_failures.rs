@@ -80,18 +80,10 @@ async fn node_down_at_build_is_used_once_it_starts() {
     guard.unlock().await.unwrap();
 
     nodes[2].spawn().unwrap();
-    let key = redlock.key("failures:late").unwrap();
-    let mut used = false;
-    for _ in 0..50 {
-        let guard = redlock.lock("failures:late", TTL).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        used = nodes[2].get(&key).is_some();
-        guard.unlock().await.unwrap();
-        if used {
-            break;
-        }
-    }
-    assert!(used, "the late node never received a lock");
+    assert!(
+        support::lock_until_held_on(&redlock, "failures:late", &nodes[2]).await,
+        "the late node never received a lock"
+    );
 }
 
 /// A node killed and started again on the same port is reconnected to by itself.
@@ -107,18 +99,10 @@ async fn restarted_node_is_reconnected() {
         .await
         .unwrap();
     nodes[1].restart();
-    let key = redlock.key("failures:restart").unwrap();
-    let mut used = false;
-    for _ in 0..50 {
-        let guard = redlock.lock("failures:restart", TTL).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        used = nodes[1].get(&key).is_some();
-        guard.unlock().await.unwrap();
-        if used {
-            break;
-        }
-    }
-    assert!(used, "the restarted node was never used again");
+    assert!(
+        support::lock_until_held_on(&redlock, "failures:restart", &nodes[1]).await,
+        "the restarted node was never used again"
+    );
 }
 
 /// A frozen node (SIGSTOP) is a vote against after the per-node timeout; the

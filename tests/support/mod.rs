@@ -314,3 +314,26 @@ pub async fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) ->
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Locks `resource` again and again (up to 50 times) until `node` is among
+/// the nodes that hold it: whether a node that came (back) up is used again.
+pub async fn lock_until_held_on(
+    redlock: &quorlock::Redlock,
+    resource: &str,
+    node: &RedisServer,
+) -> bool {
+    let key = redlock.key(resource).expect("valid resource");
+    for _ in 0..50 {
+        let guard = redlock
+            .lock(resource, Duration::from_secs(10))
+            .await
+            .expect("lock with a majority up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let used = node.get(&key).is_some();
+        guard.unlock().await.expect("unlock");
+        if used {
+            return true;
+        }
+    }
+    false
+}
