@@ -228,20 +228,18 @@ fn held_lock_makes_a_second_run_give_up_and_status_shows_the_holder() {
                 .filter_map(|line| line.split("held by ").nth(1))
                 .filter_map(|rest| rest.split('…').next())
                 .collect();
-            assert_eq!(
-                prefixes.len(),
-                4,
-                "every node and the quorum line name the holder:\n{text}"
-            );
             assert!(
                 prefixes.iter().all(|p| p.len() == 8 && *p == prefixes[0]),
-                "{text}"
+                "one holder everywhere:\n{text}"
             );
-            break;
+            // The quorum may answer before the last node has the key.
+            if prefixes.len() == 4 {
+                break;
+            }
         }
         assert!(
             started.elapsed() < Duration::from_secs(10),
-            "the holder never got the lock"
+            "status never showed the holder on every node"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
