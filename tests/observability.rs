@@ -41,7 +41,8 @@ async fn logs_name_the_resource_and_never_the_token() {
         .lock("observed:resource", Duration::from_secs(5))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let key = guard.key().to_vec();
+    assert!(support::eventually(Duration::from_secs(2), || nodes[0].get(&key).is_some()).await);
     let token = String::from_utf8(nodes[0].get(guard.key()).unwrap()).unwrap();
     assert!(
         redlock

@@ -202,7 +202,13 @@ async fn guard_whose_key_was_deleted_by_hand() {
         .try_lock("validation:deleted", Duration::from_secs(10))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let key = guard.key().to_vec();
+    assert!(
+        support::eventually(Duration::from_secs(2), || support::holders(&nodes, &key)
+            .iter()
+            .all(Option::is_some))
+        .await
+    );
     for node in &nodes {
         let _: () = redis::Commands::del(&mut node.connection(), guard.key()).unwrap();
     }
