@@ -53,6 +53,8 @@ pub struct LockGuard {
     armed: bool,
     /// This client's turn for the resource, passed on at release.
     turn: Option<Turn>,
+    /// The fencing token, with fencing on.
+    fencing_token: Option<u64>,
 }
 
 impl fmt::Debug for LockGuard {
@@ -63,6 +65,7 @@ impl fmt::Debug for LockGuard {
             .field("valid_until", &self.valid_until)
             .field("remaining", &self.remaining())
             .field("extensions", &self.extensions)
+            .field("fencing_token", &self.fencing_token)
             .finish_non_exhaustive()
     }
 }
@@ -89,6 +92,7 @@ impl LockGuard {
             lost: false,
             armed: true,
             turn: None,
+            fencing_token: None,
         }
     }
 
@@ -96,9 +100,16 @@ impl LockGuard {
         &self.token
     }
 
-    /// Records a won round that started at `start`, keeping the waiting-room turn.
-    pub(crate) fn mark_acquired(&mut self, start: Instant, turn: Option<Turn>) {
+    /// Records a won round that started at `start`, keeping the waiting-room
+    /// turn and the fencing token.
+    pub(crate) fn mark_acquired(
+        &mut self,
+        start: Instant,
+        turn: Option<Turn>,
+        fencing_token: Option<u64>,
+    ) {
         self.turn = turn;
+        self.fencing_token = fencing_token;
         self.acquired_at = start;
         self.valid_until = start + (self.ttl.ttl - self.ttl.drift);
     }
@@ -160,6 +171,19 @@ impl LockGuard {
     /// Whether the lock is still valid (see [`remaining`](Self::remaining)).
     pub fn is_valid(&self) -> bool {
         !self.remaining().is_zero()
+    }
+
+    /// The fencing token of this lock, with fencing on
+    /// ([`RedlockBuilder::fencing`](crate::RedlockBuilder::fencing)); `None`
+    /// with it off.
+    ///
+    /// It is larger than the token of every earlier holder of this resource
+    /// (see the [crate docs](crate#fencing-tokens) for the argument and its
+    /// assumptions). Pass it with every write to the protected resource, and
+    /// have the resource reject a write whose token is lower than the highest
+    /// it has seen: a holder that paused past its validity is then refused.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token
     }
 
     /// How many successful extensions this guard has made.

@@ -12,6 +12,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, RedisError, Value};
 
 use crate::error::{NodeError, NodeErrorKind};
+use crate::round::Reply;
 use crate::scripts;
 
 /// What a node said it is at first contact.
@@ -210,6 +211,71 @@ impl Node {
                 (Value::Nil, true) | (Value::Okay, false) => Ok(true),
                 (Value::BulkString(_), true) | (Value::Nil, false) => Ok(false),
                 (other, _) => Err(NodeError::new(
+                    name,
+                    NodeErrorKind::UnexpectedReply(format!("{other:?}")),
+                )),
+            }
+        }
+    }
+
+    /// The fenced acquire script: `Ok(Reply::Granted(Some(counter)))` when set,
+    /// with the node's incremented fencing counter; `Ok(Reply::Refused)` when
+    /// the key exists.
+    pub(crate) fn acquire_fenced(
+        &self,
+        key: Arc<[u8]>,
+        counter_key: Arc<[u8]>,
+        token: Arc<str>,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<Reply, NodeError>> + Send + 'static {
+        let name = self.name.clone();
+        let call = self.bounded(true, move |mut connection| async move {
+            scripts::ACQUIRE_FENCED
+                .key(&*key)
+                .key(&*counter_key)
+                .arg(&*token)
+                .arg(ttl_ms)
+                .invoke_async::<Value>(&mut connection)
+                .await
+        });
+        async move {
+            match call.await? {
+                Value::Int(0) => Ok(Reply::Refused),
+                Value::Int(counter) if counter > 0 => {
+                    Ok(Reply::Granted(u64::try_from(counter).ok()))
+                }
+                other => Err(NodeError::new(
+                    name,
+                    NodeErrorKind::UnexpectedReply(format!("{other:?}")),
+                )),
+            }
+        }
+    }
+
+    /// The fencing write-back: `Ok(true)` when our key was there and the
+    /// node's counter is now at least `fencing_token`.
+    pub(crate) fn fence_write_back(
+        &self,
+        key: Arc<[u8]>,
+        counter_key: Arc<[u8]>,
+        token: Arc<str>,
+        fencing_token: u64,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
+        let name = self.name.clone();
+        let call = self.bounded(true, move |mut connection| async move {
+            scripts::FENCE_WRITE_BACK
+                .key(&*key)
+                .key(&*counter_key)
+                .arg(&*token)
+                .arg(fencing_token)
+                .invoke_async::<Value>(&mut connection)
+                .await
+        });
+        async move {
+            match call.await? {
+                Value::Int(1) => Ok(true),
+                Value::Int(0) => Ok(false),
+                other => Err(NodeError::new(
                     name,
                     NodeErrorKind::UnexpectedReply(format!("{other:?}")),
                 )),

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::node::Node;
 use crate::quorum::{self, MAX_TTL};
-use crate::round::{Round, Until};
+use crate::round::{Answer, Round, Until};
 use crate::status::LockStatus;
 use crate::waiting::{Turn, WaitingRoom};
 use futures::FutureExt;
@@ -280,17 +280,30 @@ impl Inner {
         let mut key = Vec::with_capacity(prefix.len() + resource.len());
         key.extend_from_slice(prefix);
         key.extend_from_slice(resource);
+        if self.config.fencing_counter_key.as_deref() == Some(&key[..]) {
+            return Err(Error::InvalidResource {
+                reason: "its key is the fencing counter's".into(),
+            });
+        }
         Ok(key.into())
     }
 
-    /// `SET NX GET PX` on every node; decided early. Grants of nodes not yet
-    /// checked at first contact do not count.
+    /// `SET NX GET PX` on every node (with fencing on, the fenced acquire
+    /// script, which also returns the node's incremented counter); decided
+    /// early. Grants of nodes not yet checked at first contact do not count.
     pub(crate) async fn acquire_round(&self, key: &Arc<[u8]>, token: &Arc<str>, ttl: Ttl) -> Round {
-        let calls = self
-            .nodes
-            .iter()
-            .map(|node| node.acquire(key.clone(), token.clone(), ttl.millis));
-        let mut round = Round::start(calls).counting(self.contact.counted());
+        let counted = self.contact.counted();
+        let mut round = match &self.config.fencing_counter_key {
+            None => Round::start(
+                self.nodes
+                    .iter()
+                    .map(|node| node.acquire(key.clone(), token.clone(), ttl.millis)),
+            ),
+            Some(counter_key) => Round::start(self.nodes.iter().map(|node| {
+                node.acquire_fenced(key.clone(), counter_key.clone(), token.clone(), ttl.millis)
+            })),
+        }
+        .counting(counted);
         round.collect(Until::Decided).await;
         round
     }
@@ -389,15 +402,29 @@ impl Inner {
                     "acquire round"
                 );
                 let validity = quorum::validity(ttl.ttl, elapsed, ttl.drift);
-                if round.votes.has_quorum() && validity.is_some() {
-                    guard.mark_acquired(start, turn.take());
-                    return Ok(guard);
-                }
+                let failure = if round.votes.has_quorum() && validity.is_some() {
+                    let highest = round.highest_counter();
+                    match self
+                        .fence(&key, guard.token(), &round.answers, highest, start, ttl)
+                        .await
+                    {
+                        Ok(fencing_token) => {
+                            guard.mark_acquired(start, turn.take(), fencing_token);
+                            return Ok(guard);
+                        }
+                        Err(failure) => Some(failure),
+                    }
+                } else {
+                    None
+                };
                 // Every node answers (or times out) before the release, so that
                 // no SET of this round can land after the release reached its node.
                 round.collect(Until::All).await;
                 guard.release_failed_round(&round.answers).await;
-                let failure = acquire_failure(resource, round, elapsed, attempt);
+                let failure = match failure {
+                    Some(failure) => failure.into_error(resource, attempt),
+                    None => acquire_failure(resource, round, elapsed, attempt),
+                };
                 if attempt > retries {
                     return Err(failure);
                 }
@@ -414,6 +441,60 @@ impl Inner {
         .await
     }
 
+    /// With fencing on, completes a won acquire round (`won`: its answers):
+    /// the fencing token `T` is the highest counter the granting nodes
+    /// returned (`highest_counter`), written back to
+    /// every granting node (`counter = max(counter, T)`, only while the node
+    /// still holds our key). Succeeds with `Some(T)` if a quorum took the
+    /// write-back and validity is left; `Ok(None)` with fencing off (no
+    /// round trip).
+    async fn fence(
+        &self,
+        key: &Arc<[u8]>,
+        token: &Arc<str>,
+        won: &[Answer],
+        highest_counter: Option<u64>,
+        start: Instant,
+        ttl: Ttl,
+    ) -> std::result::Result<Option<u64>, FenceFailure> {
+        let Some(counter_key) = &self.config.fencing_counter_key else {
+            return Ok(None);
+        };
+        // A won round's counted grants carry counters: the quorum guarantees one.
+        let fencing_token = highest_counter.unwrap_or(0);
+        let calls = self.nodes.iter().zip(won).map(|(node, answer)| {
+            let write_back = (*answer == Answer::Granted).then(|| {
+                node.fence_write_back(
+                    key.clone(),
+                    counter_key.clone(),
+                    token.clone(),
+                    fencing_token,
+                )
+            });
+            async move {
+                match write_back {
+                    Some(write_back) => write_back.await,
+                    // Not granting: not part of the holding set.
+                    None => Ok(false),
+                }
+            }
+        });
+        let mut round = Round::start(calls).counting(self.contact.counted());
+        round.collect(Until::Decided).await;
+        let elapsed = start.elapsed();
+        tracing::debug!(
+            written_back = round.votes.granted,
+            quorum = round.votes.quorum,
+            "fencing write-back"
+        );
+        let valid = quorum::validity(ttl.ttl, elapsed, ttl.drift).is_some();
+        if round.votes.has_quorum() && valid && fencing_token > 0 {
+            Ok(Some(fencing_token))
+        } else {
+            Err(FenceFailure { round, elapsed })
+        }
+    }
+
     /// When `retries` rounds with their pauses would be over at the latest:
     /// how long a caller without an acquire timeout waits for its turn.
     fn retry_budget_end(&self, retries: u32) -> Instant {
@@ -426,6 +507,19 @@ impl Inner {
             .saturating_mul(retries.saturating_add(1))
             .min(Duration::from_secs(3600));
         Instant::now() + budget
+    }
+}
+
+/// Why a fenced acquisition failed after its quorum: the write-back round's
+/// outcome and how long everything took.
+struct FenceFailure {
+    round: Round,
+    elapsed: Duration,
+}
+
+impl FenceFailure {
+    fn into_error(self, resource: &[u8], attempts: u32) -> Error {
+        acquire_failure(resource, self.round, self.elapsed, attempts)
     }
 }
 

@@ -40,7 +40,26 @@ pub(crate) enum Until {
     All,
 }
 
-type Call = BoxFuture<'static, (usize, Result<bool, NodeError>)>;
+/// A node's answer to one call that reached it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// Yes, carrying the node's fencing counter where the call returns one.
+    Granted(Option<u64>),
+    /// No.
+    Refused,
+}
+
+impl From<bool> for Reply {
+    fn from(granted: bool) -> Self {
+        if granted {
+            Reply::Granted(None)
+        } else {
+            Reply::Refused
+        }
+    }
+}
+
+type Call = BoxFuture<'static, (usize, Result<Reply, NodeError>)>;
 
 /// A round under way or ended. Dropping it leaves its remaining calls to
 /// finish in the background.
@@ -49,6 +68,8 @@ pub(crate) struct Round {
     pub(crate) votes: Votes,
     /// Each node's answer so far, by index.
     pub(crate) answers: Vec<Answer>,
+    /// The fencing counter each granting node returned, by index.
+    pub(crate) counters: Vec<Option<u64>>,
     /// The last error a node answered with, if any.
     pub(crate) last_error: Option<NodeError>,
     pending: FuturesUnordered<Call>,
@@ -58,18 +79,23 @@ pub(crate) struct Round {
 
 impl Round {
     /// Starts one call per node (in node order); they run as the round is awaited.
-    pub(crate) fn start<Fut>(calls: impl ExactSizeIterator<Item = Fut>) -> Round
+    pub(crate) fn start<Fut, R>(calls: impl ExactSizeIterator<Item = Fut>) -> Round
     where
-        Fut: Future<Output = Result<bool, NodeError>> + Send + 'static,
+        Fut: Future<Output = Result<R, NodeError>> + Send + 'static,
+        R: Into<Reply>,
     {
         let nodes = calls.len();
         let pending = calls
             .enumerate()
-            .map(|(index, call)| call.map(move |answer| (index, answer)).boxed())
+            .map(|(index, call)| {
+                call.map(move |answer| (index, answer.map(Into::into)))
+                    .boxed()
+            })
             .collect();
         Round {
             votes: Votes::new(nodes),
             answers: vec![Answer::Pending; nodes],
+            counters: vec![None; nodes],
             last_error: None,
             pending,
             counted: None,
@@ -94,20 +120,17 @@ impl Round {
         }
     }
 
-    fn record(&mut self, index: usize, answer: Result<bool, NodeError>) {
+    fn record(&mut self, index: usize, answer: Result<Reply, NodeError>) {
         match answer {
-            Ok(granted) => {
+            Ok(Reply::Granted(counter)) => {
                 let counts = self.counted.as_ref().is_none_or(|counted| counted[index]);
-                self.votes.record(if counts || !granted {
-                    Some(granted)
-                } else {
-                    None
-                });
-                self.answers[index] = if granted {
-                    Answer::Granted
-                } else {
-                    Answer::Refused
-                };
+                self.votes.record(if counts { Some(true) } else { None });
+                self.answers[index] = Answer::Granted;
+                self.counters[index] = counter;
+            }
+            Ok(Reply::Refused) => {
+                self.votes.record(Some(false));
+                self.answers[index] = Answer::Refused;
             }
             Err(err) => {
                 tracing::trace!(error = %err, "node failed");
@@ -116,6 +139,16 @@ impl Round {
                 self.last_error = Some(err);
             }
         }
+    }
+
+    /// The highest fencing counter among the granting nodes whose grant counts.
+    pub(crate) fn highest_counter(&self) -> Option<u64> {
+        self.counters
+            .iter()
+            .enumerate()
+            .filter(|(index, _)| self.counted.as_ref().is_none_or(|counted| counted[*index]))
+            .filter_map(|(_, counter)| *counter)
+            .max()
     }
 
     fn is_over(&self, until: &Until) -> bool {

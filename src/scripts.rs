@@ -40,3 +40,40 @@ end
 return {value, redis.call("pttl", KEYS[1])}"#,
     )
 });
+
+/// Fenced acquisition: like `SET KEYS[1] ARGV[1] NX PX ARGV[2]` (reporting a
+/// key of the wrong type), and when it sets the key, increments the node's
+/// fencing counter `KEYS[2]` and returns it. A missing counter (a node
+/// restarted without persistence) is first seeded from the server's `TIME` in
+/// microseconds, so that it does not restart from zero. Returns 0 when the
+/// key exists.
+pub(crate) static ACQUIRE_FENCED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"if redis.call("get", KEYS[1]) then
+    return 0
+end
+redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2])
+if redis.call("exists", KEYS[2]) == 0 then
+    local now = redis.call("time")
+    redis.call("set", KEYS[2], tonumber(now[1]) * 1000000 + tonumber(now[2]))
+end
+return redis.call("incr", KEYS[2])"#,
+    )
+});
+
+/// Fencing write-back: only while `KEYS[1]` holds our token `ARGV[1]`, raises
+/// the node's counter `KEYS[2]` to at least `ARGV[2]` (the token handed out).
+/// Returns 1 when our key was there (the counter is now at least `ARGV[2]`),
+/// 0 otherwise.
+pub(crate) static FENCE_WRITE_BACK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then
+    return 0
+end
+local counter = tonumber(redis.call("get", KEYS[2]) or "0")
+if counter < tonumber(ARGV[2]) then
+    redis.call("set", KEYS[2], ARGV[2])
+end
+return 1"#,
+    )
+});

@@ -1,0 +1,212 @@
+//! Fencing tokens: every holder of a resource gets a larger token than every
+//! earlier holder, across node restarts (the `TIME` seed), and a storage that
+//! checks tokens rejects a holder that paused past its lease. With fencing
+//! off, nothing extra is sent.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use quorlock::Redlock;
+use support::{RedisServer, servers, urls};
+
+const TTL: Duration = Duration::from_millis(500);
+
+fn fenced(nodes: &[RedisServer]) -> Redlock {
+    Redlock::builder(urls(nodes))
+        .node_timeout(Duration::from_millis(200))
+        .retry_delay(Duration::from_millis(5))
+        .retry_jitter(Duration::from_millis(5))
+        .acquire_timeout(Duration::from_secs(5))
+        .fencing(true)
+        .build()
+        .unwrap()
+}
+
+/// Two clients take turns on one resource 300 times; meanwhile one node is
+/// killed and restarted after the TTL (its counter is gone: reseeded from
+/// `TIME`), and another is restarted empty while nobody holds the lock. Every
+/// token is larger than the one before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_strictly_increase_across_holders_and_restarts() {
+    let mut nodes = servers(5);
+    let clients = [fenced(&nodes), fenced(&nodes)];
+    let mut last = 0u64;
+    for n in 0..300usize {
+        match n {
+            100 => nodes[1].kill(),
+            150 => {
+                tokio::time::sleep(TTL).await; // delayed restart
+                nodes[1].restart();
+            }
+            200 => nodes[3].restart(), // nobody holds the lock between iterations
+            _ => {}
+        }
+        let guard = clients[n % 2].lock("fencing:resource", TTL).await.unwrap();
+        let token = guard.fencing_token().expect("fencing is on");
+        assert!(token > last, "token {token} after {last} at iteration {n}");
+        last = token;
+        guard.unlock().await.unwrap();
+    }
+    // Seeded from TIME in microseconds: a token is a recent time, not a count.
+    assert!(last > 1_600_000_000_000_000, "seeded from TIME: {last}");
+}
+
+/// A toy storage that accepts a write only with a token at least as high as
+/// any it has seen.
+#[derive(Default)]
+struct Storage {
+    highest: u64,
+    value: Option<&'static str>,
+}
+
+impl Storage {
+    fn write(&mut self, token: u64, value: &'static str) -> Result<(), String> {
+        if token < self.highest {
+            return Err(format!("stale token {token} < {}", self.highest));
+        }
+        self.highest = token;
+        self.value = Some(value);
+        Ok(())
+    }
+}
+
+/// Holder A pauses past its validity; B takes the lock and writes; A comes
+/// back and its write, with the older token, is rejected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_writer_is_rejected_by_the_storage() {
+    let nodes = servers(3);
+    let redlock = fenced(&nodes);
+    let mut storage = Storage::default();
+    let a = redlock
+        .lock("fencing:stale", Duration::from_millis(300))
+        .await
+        .unwrap();
+    let token_a = a.fencing_token().unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await; // A pauses past its lease
+    assert!(!a.is_valid());
+    let b = redlock
+        .lock("fencing:stale", Duration::from_secs(5))
+        .await
+        .unwrap();
+    let token_b = b.fencing_token().unwrap();
+    assert!(token_b > token_a);
+    storage.write(token_b, "B's order").unwrap();
+    let rejected = storage.write(token_a, "A's stale order").unwrap_err();
+    assert!(rejected.contains("stale"), "{rejected}");
+    assert_eq!(storage.value, Some("B's order"));
+    b.unlock().await.unwrap();
+}
+
+/// Calls per command on `nodes` since their stats were reset.
+fn command_calls(nodes: &[RedisServer]) -> BTreeMap<String, u64> {
+    let mut calls = BTreeMap::new();
+    for node in nodes {
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut node.connection())
+            .unwrap();
+        for line in stats
+            .lines()
+            .filter_map(|line| line.strip_prefix("cmdstat_"))
+        {
+            let (name, rest) = line.split_once(':').unwrap();
+            let count: u64 = rest
+                .split("calls=")
+                .nth(1)
+                .and_then(|r| r.split(',').next())
+                .and_then(|c| c.parse().ok())
+                .unwrap();
+            *calls.entry(name.to_owned()).or_default() += count;
+        }
+    }
+    calls.remove("info");
+    calls.remove("config|resetstat");
+    calls
+}
+
+fn reset_stats(nodes: &[RedisServer]) {
+    for node in nodes {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut node.connection())
+            .unwrap();
+    }
+}
+
+async fn cycles(redlock: &Redlock, n: usize) {
+    for i in 0..n {
+        let guard = redlock
+            .lock(format!("fencing:count:{i}"), Duration::from_secs(5))
+            .await
+            .unwrap();
+        guard.unlock().await.unwrap();
+    }
+}
+
+/// With fencing off, a lock + unlock sends one `SET` and one release script
+/// per node, nothing more; with fencing on, the acquire script and one more
+/// round (the write-back) replace the `SET`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_off_sends_nothing_extra() {
+    let nodes = servers(3);
+    let plain = Redlock::new(urls(&nodes)).unwrap();
+    cycles(&plain, 5).await; // first contact, script loading
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    reset_stats(&nodes);
+    cycles(&plain, 20).await;
+    tokio::time::sleep(Duration::from_millis(100)).await; // stragglers
+    let calls = command_calls(&nodes);
+    // The release script's own GET and DEL count as commands too.
+    let expected: BTreeMap<String, u64> = [("set", 60), ("evalsha", 60), ("get", 60), ("del", 60)]
+        .map(|(k, v)| (k.to_owned(), v))
+        .into();
+    assert_eq!(
+        calls, expected,
+        "fencing off: one SET and one release per node and cycle"
+    );
+
+    let fenced = Redlock::builder(urls(&nodes))
+        .fencing(true)
+        .build()
+        .unwrap();
+    cycles(&fenced, 5).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    reset_stats(&nodes);
+    cycles(&fenced, 20).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let calls = command_calls(&nodes);
+    let scripts = calls.get("evalsha").copied().unwrap_or(0);
+    // acquire + release on every node (120), a write-back on at least a quorum (40).
+    assert!(scripts >= 160, "fencing on: {calls:?}");
+    assert!(
+        calls.get("incr").copied().unwrap_or(0) == 60,
+        "one INCR per node and cycle: {calls:?}"
+    );
+}
+
+/// Locking a resource whose key is the fencing counter's is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_counter_key_is_not_a_resource() {
+    let nodes = servers(1);
+    let redlock = Redlock::builder(urls(&nodes))
+        .key_prefix("")
+        .fencing(true)
+        .build()
+        .unwrap();
+    let err = redlock
+        .try_lock(quorlock::DEFAULT_FENCING_COUNTER_KEY, TTL)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, quorlock::Error::InvalidResource { .. }),
+        "got {err}"
+    );
+    assert!(
+        Redlock::builder(urls(&nodes))
+            .fencing_counter_key("")
+            .build()
+            .is_err()
+    );
+}
