@@ -3,10 +3,12 @@
 //! fault injector freezes (SIGSTOP), kills and restarts (after at least the
 //! TTL) a minority of nodes, and once takes a majority down for 2 s. Each
 //! critical section checks a separate "checker" Redis: `INCR` on entry must
-//! return 1. Prints the figures; exits non-zero if any property fails.
+//! return 1. With `--fencing`, each holder also checks that its fencing token
+//! is larger than the previous holder's. Prints the figures; exits non-zero if
+//! any property fails.
 //!
 //! ```text
-//! cargo run --release --example chaos [ACQUISITIONS]     # default 20000
+//! cargo run --release --example chaos [--fencing] [ACQUISITIONS]     # default 20000
 //! ```
 //!
 //! It needs `redis-server` on PATH (scripts/test.sh installs it).
@@ -41,16 +43,22 @@ fn main() -> ExitCode {
             }
         };
     }
+    let mut args = args;
+    let fencing = args.first().map(String::as_str) == Some("--fencing");
+    if fencing {
+        args.remove(0);
+    }
     let acquisitions = match args.first().map(|n| n.parse::<u64>()) {
         None => 20_000,
         Some(Ok(n)) if n > 0 => n,
         Some(_) => {
-            eprintln!("usage: chaos [ACQUISITIONS]");
+            eprintln!("usage: chaos [--fencing] [ACQUISITIONS]");
             return ExitCode::from(2);
         }
     };
     let plan = chaos_harness::Plan {
         workers: 4,
+        fencing,
         acquisitions,
         limit: Duration::from_secs(600),
     };

@@ -31,31 +31,51 @@ fn main() -> ExitCode {
     // `cargo test` passes harness flags (e.g. --nocapture, a filter); a filter
     // that does not name this test runs nothing.
     if let Some(filter) = args.iter().find(|arg| !arg.starts_with('-'))
-        && !"chaos_minority_faults_never_give_two_holders".contains(filter.as_str())
+        && !"chaos_minority_faults_never_give_two_holders chaos_fencing_tokens_increase_under_faults"
+            .contains(filter.as_str())
     {
         println!("0 passed, 0 failed");
         return ExitCode::SUCCESS;
     }
-    let plan = chaos_harness::Plan {
-        workers: 4,
-        acquisitions: 3_000,
-        limit: Duration::from_secs(240),
-    };
     let exe = std::env::current_exe().expect("own executable");
-    println!("test chaos_minority_faults_never_give_two_holders ...");
-    let outcome = runtime.block_on(chaos_harness::run(plan, &exe, &["--chaos-worker"]));
-    match outcome.map_err(|err| err.to_string()).and_then(|report| {
-        report.print(&plan);
-        report.check(&plan)
-    }) {
-        Ok(()) => {
-            println!("1 passed, 0 failed");
-            ExitCode::SUCCESS
+    let mut failed = 0;
+    for (name, plan) in [
+        (
+            "chaos_minority_faults_never_give_two_holders",
+            chaos_harness::Plan {
+                workers: 4,
+                fencing: false,
+                acquisitions: 3_000,
+                limit: Duration::from_secs(240),
+            },
+        ),
+        (
+            "chaos_fencing_tokens_increase_under_faults",
+            chaos_harness::Plan {
+                workers: 4,
+                fencing: true,
+                acquisitions: 2_000,
+                limit: Duration::from_secs(240),
+            },
+        ),
+    ] {
+        println!("test {name} ...");
+        let outcome = runtime.block_on(chaos_harness::run(plan, &exe, &["--chaos-worker"]));
+        match outcome.map_err(|err| err.to_string()).and_then(|report| {
+            report.print(&plan);
+            report.check(&plan)
+        }) {
+            Ok(()) => println!("test {name} ... ok"),
+            Err(err) => {
+                println!("test {name} ... FAILED: {err}");
+                failed += 1;
+            }
         }
-        Err(err) => {
-            println!("chaos: FAILED: {err}");
-            println!("0 passed, 1 failed");
-            ExitCode::FAILURE
-        }
+    }
+    println!("{} passed, {failed} failed", 2 - failed);
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }

@@ -26,6 +26,8 @@ pub const DEADLINE_SLACK: Duration = Duration::from_millis(300);
 #[derive(Debug, Clone, Copy)]
 pub struct Plan {
     pub workers: usize,
+    /// Locks with fencing tokens, and checks that they strictly increase.
+    pub fencing: bool,
     pub acquisitions: u64,
     /// Give up (and fail) after this long.
     pub limit: Duration,
@@ -44,6 +46,8 @@ pub struct Report {
     pub majority_outages: u64,
     /// Acquisitions made while a minority of nodes was frozen or down.
     pub acquired_during_minority_faults: u64,
+    /// Fencing tokens not larger than the previous holder's.
+    pub fencing_violations: u64,
     pub resumed_after_recovery: Option<Duration>,
     pub elapsed: Duration,
 }
@@ -68,6 +72,12 @@ impl Report {
             "  acquired during faults  {} (with 1-2 nodes frozen or down)",
             self.acquired_during_minority_faults
         );
+        if plan.fencing {
+            println!(
+                "  fencing tokens          {} not above the previous holder's",
+                self.fencing_violations
+            );
+        }
         println!("  failed lock calls       {}", self.failed_calls);
         println!(
             "  longest failed call     {:?} (deadline {ACQUIRE_TIMEOUT:?})",
@@ -86,6 +96,12 @@ impl Report {
     pub fn check(&self, plan: &Plan) -> Result<(), String> {
         if self.overlaps != 0 {
             return Err(format!("{} overlaps", self.overlaps));
+        }
+        if self.fencing_violations != 0 {
+            return Err(format!(
+                "{} fencing tokens did not increase",
+                self.fencing_violations
+            ));
         }
         if self.acquisitions < plan.acquisitions {
             return Err(format!(
@@ -123,7 +139,9 @@ pub async fn worker(checker: &str, nodes: &[String]) -> Result<(), AnyError> {
     let mut checker = redis::Client::open(checker)?
         .get_multiplexed_async_connection()
         .await?;
+    let fencing: Option<i64> = checker.get("chaos:fencing").await?;
     let redlock = Redlock::builder(nodes)
+        .fencing(fencing.is_some())
         .node_timeout(NODE_TIMEOUT)
         .acquire_timeout(ACQUIRE_TIMEOUT)
         .retry_delay(Duration::from_millis(10))
@@ -132,6 +150,14 @@ pub async fn worker(checker: &str, nodes: &[String]) -> Result<(), AnyError> {
     let (mut acquisitions, mut overlaps, mut failed, mut granted_during_outage) =
         (0u64, 0u64, 0u64, 0u64);
     let mut longest_failed = Duration::ZERO;
+    let mut fencing_violations = 0u64;
+    // Inside the critical section: the token must exceed the last holder's.
+    let fence_check = redis::Script::new(
+        r#"local last = tonumber(redis.call("get", KEYS[1]) or "0")
+if tonumber(ARGV[1]) <= last then return 0 end
+redis.call("set", KEYS[1], ARGV[1])
+return 1"#,
+    );
     loop {
         let (stop, outage): (Option<i64>, Option<i64>) = redis::pipe()
             .get("chaos:stop")
@@ -155,6 +181,16 @@ pub async fn worker(checker: &str, nodes: &[String]) -> Result<(), AnyError> {
                 if holders != 1 {
                     overlaps += 1;
                 }
+                if let Some(token) = guard.fencing_token() {
+                    let increased: i64 = fence_check
+                        .key("chaos:last-token")
+                        .arg(token)
+                        .invoke_async(&mut checker)
+                        .await?;
+                    if increased != 1 {
+                        fencing_violations += 1;
+                    }
+                }
                 let _: i64 = checker.decr("chaos:holders", 1).await?;
                 let _: i64 = checker.incr("chaos:acquired", 1).await?;
                 acquisitions += 1;
@@ -167,7 +203,7 @@ pub async fn worker(checker: &str, nodes: &[String]) -> Result<(), AnyError> {
         }
     }
     println!(
-        "chaos-tally {acquisitions} {overlaps} {failed} {granted_during_outage} {}",
+        "chaos-tally {acquisitions} {overlaps} {failed} {granted_during_outage} {} {fencing_violations}",
         longest_failed.as_micros()
     );
     Ok(())
@@ -186,6 +222,9 @@ pub async fn run(
         .get_multiplexed_async_connection()
         .await?;
     let node_urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    if plan.fencing {
+        let _: () = checker.set("chaos:fencing", 1).await?;
+    }
     let mut workers: Vec<Child> = Vec::new();
     for _ in 0..plan.workers {
         workers.push(
@@ -291,13 +330,14 @@ pub async fn run(
             .split_whitespace()
             .filter_map(|f| f.parse().ok())
             .collect();
-        let [acquisitions, overlaps, failed, granted, longest_us] = fields[..] else {
+        let [acquisitions, overlaps, failed, granted, longest_us, fencing] = fields[..] else {
             return Err(format!("bad tally {line:?}").into());
         };
         report.acquisitions += acquisitions;
         report.overlaps += overlaps;
         report.failed_calls += failed;
         report.granted_during_outage += granted;
+        report.fencing_violations += fencing;
         report.longest_failed_call = report
             .longest_failed_call
             .max(Duration::from_micros(longest_us));
