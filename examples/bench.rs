@@ -510,7 +510,7 @@ fn signal(pid_file: &std::path::Path, signal: &str) -> Result<(), AnyError> {
 
 fn print(table: &Table, json: &mut impl Write) -> std::io::Result<()> {
     println!(
-        "{:<12} {:>2} {:<15} {:>12} {:>12} {:>12} {:>9} {:>9}",
+        "{:<16} {:>2} {:<15} {:>12} {:>12} {:>12} {:>9} {:>9}",
         "workload", "N", "metric", "quorlock", "rslock", "floor", "q/floor", "q/rslock"
     );
     let ratio = |a: Option<&f64>, b: Option<&f64>| match (a, b) {
@@ -525,7 +525,7 @@ fn print(table: &Table, json: &mut impl Write) -> std::io::Result<()> {
             values.get("floor"),
         );
         println!(
-            "{workload:<12} {nodes:>2} {metric:<15} {:>12} {:>12} {:>12} {:>9} {:>9}",
+            "{workload:<16} {nodes:>2} {metric:<15} {:>12} {:>12} {:>12} {:>9} {:>9}",
             cell(q),
             cell(r),
             cell(f),
@@ -575,6 +575,28 @@ async fn run(quick: bool, urls: &[String], json_path: &str) -> Result<(), AnyErr
         )
         .await;
         latency(&mut table, &set, nodes, cycles, "latency").await;
+        // The price of fencing: the same latency workload with fencing on
+        // (quorlock only; the ratio is to the same run's floor).
+        let fenced = [Client::Quorlock(
+            quorlock::Redlock::builder(urls).fencing(true).build()?,
+        )];
+        latency(
+            &mut Table::default(),
+            &fenced,
+            nodes,
+            cycles.min(200),
+            "latency",
+        )
+        .await;
+        latency(&mut table, &fenced, nodes, cycles, "latency, fenced").await;
+        if let Some(floor) = table
+            .rows
+            .iter()
+            .find(|((_, w, n, m), _)| w == "latency" && *n == nodes && m == "p50 µs")
+            .and_then(|(_, v)| v.get("floor").copied())
+        {
+            table.put("latency, fenced", nodes, "p50 µs", "floor", floor);
+        }
         eprintln!("N = {nodes}: throughput");
         throughput(&mut table, &set, nodes, window).await;
         eprintln!("N = {nodes}: contended");

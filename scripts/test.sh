@@ -24,4 +24,6 @@ echo "== examples/basic.rs on three servers"
 urls=()
 for _ in 1 2 3; do urls+=("$(redis_start)"); done
 cargo run --quiet --example basic -- "${urls[@]}"
+echo "== examples/fenced_storage.rs on the same servers"
+cargo run --quiet --example fenced_storage -- "${urls[@]}"
 echo "== all checks passed"

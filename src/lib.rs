@@ -93,7 +93,8 @@
 //!
 //! - **Pauses**: a holder that stops (GC, swap, SIGSTOP) past its validity and
 //!   then writes is no longer protected; nothing in a lease can stop that.
-//!   Make writes idempotent or check a version in the protected store.
+//!   Use [fencing tokens](#fencing-tokens) where the protected store can
+//!   check them.
 //! - **Node restarts without persistence**: a node that restarts empty can
 //!   grant a lock that a quorum still holds elsewhere. Keep restarted nodes
 //!   down for at least the longest TTL (delayed restart), or run them with
@@ -105,6 +106,47 @@
 //! - **Clock jumps** on a Redis node (an administrator setting its time)
 //!   shorten or lengthen key expiry there; run NTP in slewing mode.
 
+//! ## Fencing tokens
+//!
+//! With [`RedlockBuilder::fencing`] on, every lock carries a
+//! [fencing token](LockGuard::fencing_token): a number larger than that of
+//! every earlier holder of the resource. Pass it with each write to the
+//! protected resource, and have the resource refuse a write whose token is
+//! lower than the highest it has seen: a holder that paused past its lease and
+//! comes back is refused, which no lease alone can do (`examples/fenced_storage.rs`).
+//!
+//! **How.** Each node keeps one counter (not one per resource). When the
+//! acquire script sets the key, it increments the counter and returns it; a
+//! missing counter (a node restarted without persistence) is first seeded from
+//! the server's `TIME` in microseconds. The token `T` is the highest counter
+//! among the granting nodes. Before the guard is returned, every granting node
+//! gets a write-back, `counter = max(counter, T)`, done only while the node's
+//! key still holds our lock token. Nodes that refuse the write-back leave the
+//! holding set; below a quorum the acquisition fails and is released. The
+//! validity is checked again after the write-back.
+//!
+//! **Why tokens increase.** Let holder A get token `T_A`: a quorum `W_A` of
+//! nodes took its write-back, so each node in `W_A` had a counter ≥ `T_A`
+//! while it held A's key. Let B be a later holder of the resource, granted by
+//! a quorum `G_B`. Two quorums of the same N nodes share at least one node
+//! `n`. At `n`, B's `SET NX` succeeded, so A's key was gone there, so A's
+//! write-back (done while A's key was there) came first: `n`'s counter was
+//! already ≥ `T_A` when B's script incremented it. Hence the counter B got
+//! from `n` is > `T_A`, and `T_B`, a maximum that includes it, is > `T_A`.
+//!
+//! **Assumptions.** The argument needs node `n` to keep its counter between
+//! A's write-back and B's acquisition. A node that restarts without
+//! persistence loses it and reseeds from its clock: tokens still increase as
+//! long as a node's clock (in µs) is ahead of the largest token handed out,
+//! that is, as long as counters grow by fewer than one per microsecond and the
+//! nodes' clocks do not step back or differ by more than the time since the
+//! counters were seeded. It also relies on the same rules as the lock itself
+//! (independent masters; a restarted node kept down for a TTL, or persistent).
+//!
+//! **Not covered.** The token protects only a resource that checks it. It
+//! does not order holders of *different* resources, and it says nothing about
+//! a holder that keeps running without writing.
+//!
 #![warn(missing_docs)]
 
 mod builder;
