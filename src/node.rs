@@ -210,10 +210,7 @@ impl Node {
                 // With GET: nil means the key was absent and is now ours.
                 (Value::Nil, true) | (Value::Okay, false) => Ok(true),
                 (Value::BulkString(_), true) | (Value::Nil, false) => Ok(false),
-                (other, _) => Err(NodeError::new(
-                    name,
-                    NodeErrorKind::UnexpectedReply(format!("{other:?}")),
-                )),
+                (other, _) => Err(unexpected(name, &other)),
             }
         }
     }
@@ -244,10 +241,7 @@ impl Node {
                 Value::Int(counter) if counter > 0 => {
                     Ok(Reply::Granted(u64::try_from(counter).ok()))
                 }
-                other => Err(NodeError::new(
-                    name,
-                    NodeErrorKind::UnexpectedReply(format!("{other:?}")),
-                )),
+                other => Err(unexpected(name, &other)),
             }
         }
     }
@@ -261,26 +255,13 @@ impl Node {
         token: Arc<str>,
         fencing_token: u64,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
-        let name = self.name.clone();
-        let call = self.bounded(true, move |mut connection| async move {
-            scripts::FENCE_WRITE_BACK
-                .key(&*key)
-                .key(&*counter_key)
-                .arg(&*token)
-                .arg(fencing_token)
-                .invoke_async::<Value>(&mut connection)
-                .await
-        });
-        async move {
-            match call.await? {
-                Value::Int(1) => Ok(true),
-                Value::Int(0) => Ok(false),
-                other => Err(NodeError::new(
-                    name,
-                    NodeErrorKind::UnexpectedReply(format!("{other:?}")),
-                )),
-            }
-        }
+        self.script(
+            &scripts::FENCE_WRITE_BACK,
+            true,
+            [key, counter_key],
+            token,
+            Some(fencing_token),
+        )
     }
 
     /// The extend script: `Ok(true)` when our key's TTL was reset to `ttl_ms`.
@@ -290,7 +271,7 @@ impl Node {
         token: Arc<str>,
         ttl_ms: u64,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
-        self.script(&scripts::EXTEND, true, key, token, Some(ttl_ms))
+        self.script(&scripts::EXTEND, true, [key], token, Some(ttl_ms))
     }
 
     /// The release script: `Ok(true)` when our key was deleted.
@@ -300,7 +281,7 @@ impl Node {
         token: Arc<str>,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
         // Always sent: a node that was slow may still hold our key.
-        self.script(&scripts::RELEASE, false, key, token, None)
+        self.script(&scripts::RELEASE, false, [key], token, None)
     }
 
     /// The holder's token and remaining TTL (ms) of `key`, or `None` when absent.
@@ -365,20 +346,25 @@ impl Node {
         &self.name
     }
 
-    fn script(
+    /// Runs a script that answers 1 (yes) or 0 (no) with `KEYS` = `keys`
+    /// and `ARGV` = the token, then `number` if given.
+    fn script<const KEYS: usize>(
         &self,
         script: &'static redis::Script,
         skip_unresponsive: bool,
-        key: Arc<[u8]>,
+        keys: [Arc<[u8]>; KEYS],
         token: Arc<str>,
-        ttl_ms: Option<u64>,
+        number: Option<u64>,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
         let name = self.name.clone();
         let call = self.bounded(skip_unresponsive, move |mut connection| async move {
             let mut invocation = script.prepare_invoke();
-            invocation.key(&*key).arg(&*token);
-            if let Some(ttl_ms) = ttl_ms {
-                invocation.arg(ttl_ms);
+            for key in &keys {
+                invocation.key(&**key);
+            }
+            invocation.arg(&*token);
+            if let Some(number) = number {
+                invocation.arg(number);
             }
             invocation.invoke_async::<Value>(&mut connection).await
         });
@@ -386,11 +372,13 @@ impl Node {
             match call.await? {
                 Value::Int(1) => Ok(true),
                 Value::Int(0) => Ok(false),
-                other => Err(NodeError::new(
-                    name,
-                    NodeErrorKind::UnexpectedReply(format!("{other:?}")),
-                )),
+                other => Err(unexpected(name, &other)),
             }
         }
     }
+}
+
+/// The error for a reply the protocol does not allow.
+fn unexpected(node: Arc<str>, reply: &Value) -> NodeError {
+    NodeError::new(node, NodeErrorKind::UnexpectedReply(format!("{reply:?}")))
 }
