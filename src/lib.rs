@@ -18,7 +18,8 @@
 //!   [`Votes`]; `round.rs`: one parallel round to all nodes; `node.rs`: one
 //!   node's connection and calls; `scripts.rs`: the Lua; `contact.rs`: the
 //!   first-contact checks (the same server listed twice, replicas);
-//!   `waiting.rs`: the first-in first-out turn of one client's callers.
+//!   `waiting.rs`: the first-in first-out turn of one client's callers;
+//!   `notify.rs`: release notifications from other clients (pub/sub).
 //! - [`LockStatus`] (`status.rs`): what each node holds, for operators.
 //! - [`enum@Error`] (`error.rs`): one error type, with [`Votes`],
 //!   [`LostReason`] and [`NodeError`].
@@ -154,6 +155,7 @@ mod contact;
 mod error;
 mod guard;
 mod node;
+mod notify;
 mod quorum;
 mod redlock;
 mod round;

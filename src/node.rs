@@ -341,6 +341,12 @@ impl Node {
         }
     }
 
+    /// The node's `redis::Client`, for connections other than the lock's own
+    /// (the pub/sub connection of release notifications).
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// `host:port` of this node.
     pub(crate) fn name(&self) -> &str {
         &self.name

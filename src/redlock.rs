@@ -13,6 +13,7 @@ use crate::contact::FirstContact;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::node::Node;
+use crate::notify::{Listening, Notifications};
 use crate::quorum::{self, MAX_TTL};
 use crate::round::{Answer, Round, Until};
 use crate::status::LockStatus;
@@ -60,6 +61,7 @@ pub(crate) struct Inner {
     pub(crate) config: Config,
     contact: Arc<FirstContact>,
     waiting: Arc<WaitingRoom>,
+    notifications: Arc<Notifications>,
 }
 
 /// A TTL checked against the limits, in whole milliseconds, with its drift allowance.
@@ -112,12 +114,16 @@ impl Redlock {
 
     pub(crate) fn from_parts(nodes: Vec<Node>, config: Config) -> Self {
         let contact = Arc::new(FirstContact::new(nodes.len()));
+        let notifications = Arc::new(Notifications::new(
+            nodes.iter().map(|node| node.client().clone()).collect(),
+        ));
         Redlock {
             inner: Arc::new(Inner {
                 nodes: nodes.into(),
                 config,
                 contact,
                 waiting: Arc::default(),
+                notifications,
             }),
         }
     }
@@ -382,9 +388,15 @@ impl Inner {
                 }
             };
             let mut turn = turn;
+            // Set once a round finds the lock held elsewhere (with retries left).
+            let mut listening: Option<Listening> = None;
             let mut attempt: u32 = 0;
             loop {
                 attempt = attempt.saturating_add(1);
+                // A release during this round then still wakes the pause after it.
+                if let Some(listening) = &mut listening {
+                    listening.mark_seen();
+                }
                 // The guard exists before the round so that, if this future is
                 // dropped mid-round, its Drop releases whatever the round set.
                 let mut guard =
@@ -434,7 +446,19 @@ impl Inner {
                 if deadline.is_some_and(|deadline| Instant::now() + delay >= deadline) {
                     return Err(failure);
                 }
-                tokio::time::sleep(delay).await;
+                if listening.is_none() && failure.is_contended() {
+                    listening = Some(self.notifications.listen(&key));
+                }
+                // Retry after the pause, or as soon as the holder releases.
+                match &mut listening {
+                    Some(listening) => {
+                        tokio::select! {
+                            _ = tokio::time::sleep(delay) => {}
+                            _ = listening.released() => {}
+                        }
+                    }
+                    None => tokio::time::sleep(delay).await,
+                }
             }
         }
         .instrument(span)
