@@ -124,7 +124,13 @@ impl LockGuard {
             .map(|answer| *answer == Answer::Granted)
             .collect();
         self.inner
-            .release_round(&self.key, &self.token, Until::Answered(awaited), None)
+            .release_round(
+                &self.key,
+                &self.token,
+                Until::Answered(awaited),
+                None,
+                false,
+            )
             .await;
         self.armed = false;
     }
@@ -292,7 +298,13 @@ impl LockGuard {
         let span = tracing::debug_span!("quorlock.unlock", resource = %self.shown_resource());
         let mut round = self
             .inner
-            .release_round(&self.key, &self.token, Until::QuorumOrAll, self.turn.take())
+            .release_round(
+                &self.key,
+                &self.token,
+                Until::QuorumOrAll,
+                self.turn.take(),
+                true,
+            )
             .instrument(span.clone())
             .await;
         self.armed = false;
@@ -438,7 +450,7 @@ impl Drop for LockGuard {
                 let turn = self.turn.take();
                 runtime.spawn(async move {
                     inner
-                        .release_round(&key, &token, Until::QuorumOrAll, turn)
+                        .release_round(&key, &token, Until::QuorumOrAll, turn, true)
                         .await;
                 });
             }

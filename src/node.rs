@@ -274,14 +274,22 @@ impl Node {
         self.script(&scripts::EXTEND, true, [key], token, Some(ttl_ms))
     }
 
-    /// The release script: `Ok(true)` when our key was deleted.
+    /// The release script: `Ok(true)` when our key was deleted. With
+    /// `announce`, a deletion is published to clients waiting for the key.
     pub(crate) fn release(
         &self,
         key: Arc<[u8]>,
         token: Arc<str>,
+        announce: bool,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
         // Always sent: a node that was slow may still hold our key.
-        self.script(&scripts::RELEASE, false, [key], token, None)
+        self.script(
+            &scripts::RELEASE,
+            false,
+            [key],
+            token,
+            announce.then_some(1),
+        )
     }
 
     /// The holder's token and remaining TTL (ms) of `key`, or `None` when absent.

@@ -329,6 +329,11 @@ impl Inner {
     /// The release script, sent to every node. Returns when `until` says so;
     /// the other nodes get the request in the background.
     ///
+    /// With `announce` (the release of a held lock), each deletion is
+    /// published to clients waiting for the key. The cleanup of a lost round
+    /// is not announced: waiters in other clients would all wake at once for
+    /// a lock that is still held.
+    ///
     /// A `turn` in the waiting room passes on as soon as the release requests
     /// are handed to the node connections, before their answers: the next
     /// waiter's acquire then follows the release on each connection.
@@ -338,11 +343,12 @@ impl Inner {
         token: &Arc<str>,
         until: Until,
         turn: Option<Turn>,
+        announce: bool,
     ) -> Round {
         let calls = self
             .nodes
             .iter()
-            .map(|node| node.release(key.clone(), token.clone()));
+            .map(|node| node.release(key.clone(), token.clone(), announce));
         let mut round = Round::start(calls);
         {
             let mut collecting = std::pin::pin!(round.collect(until));
@@ -446,7 +452,10 @@ impl Inner {
                 if deadline.is_some_and(|deadline| Instant::now() + delay >= deadline) {
                     return Err(failure);
                 }
-                if listening.is_none() && failure.is_contended() {
+                if listening.is_none()
+                    && failure.is_contended()
+                    && self.config.release_notifications
+                {
                     listening = Some(self.notifications.listen(&key));
                 }
                 // Retry after the pause, or as soon as the holder releases.
@@ -454,7 +463,13 @@ impl Inner {
                     Some(listening) => {
                         tokio::select! {
                             _ = tokio::time::sleep(delay) => {}
-                            _ = listening.released() => {}
+                            _ = listening.released() => {
+                                // Every waiter of every client hears the same
+                                // release: spread their rounds a little, or
+                                // they split the votes among themselves.
+                                let spread = rand::rng().random_range(0..=2_000);
+                                tokio::time::sleep(Duration::from_micros(spread)).await;
+                            }
                         }
                     }
                     None => tokio::time::sleep(delay).await,

@@ -5,15 +5,18 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Deletes `KEYS[1]` only while it holds our token `ARGV[1]`, and then
-/// publishes on the channel named after the key, so that clients waiting for
-/// it retry at once. Returns 1 when it deleted the key, 0 when the key was
+/// Deletes `KEYS[1]` only while it holds our token `ARGV[1]`; with an
+/// `ARGV[2]` (the release of a held lock, not the cleanup of a lost round), it
+/// then publishes on the channel named after the key, so that clients waiting
+/// for it retry at once. Returns 1 when it deleted the key, 0 when the key was
 /// absent or held under another token.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"if redis.call("get", KEYS[1]) == ARGV[1] then
     redis.call("del", KEYS[1])
-    redis.call("publish", KEYS[1], "released")
+    if ARGV[2] then
+        redis.call("publish", KEYS[1], "released")
+    end
     return 1
 else
     return 0

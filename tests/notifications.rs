@@ -72,3 +72,33 @@ async fn without_a_release_the_retry_timer_still_works() {
     );
     guard.unlock().await.unwrap();
 }
+
+/// With release notifications off, the waiter polls: it gets the lock on its
+/// retry timer, not at the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_notifications_off_the_waiter_polls() {
+    let nodes = servers(3);
+    let holder = Redlock::new(urls(&nodes)).unwrap();
+    let waiter = Redlock::builder(urls(&nodes))
+        .release_notifications(false)
+        .retry_delay(Duration::from_secs(1))
+        .retry_jitter(Duration::ZERO)
+        .acquire_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let guard = holder.lock("notify:polling", TTL).await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let guard = waiter.lock("notify:polling", TTL).await;
+        (guard, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+    let (guard, acquired) = waiting.await.unwrap();
+    let after = acquired.duration_since(released);
+    assert!(
+        after >= Duration::from_millis(400),
+        "it waited for its 1 s timer: {after:?}"
+    );
+    guard.unwrap().unlock().await.unwrap();
+}
