@@ -15,6 +15,22 @@ use crate::error::{NodeError, NodeErrorKind};
 use crate::round::Reply;
 use crate::scripts;
 
+/// How long a cleanup call that timed out keeps going in the background.
+const CLEANUP_LINGER: Duration = Duration::from_secs(10);
+
+/// What a call is for, which decides how it treats a slow node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    /// Asks for a vote (acquire, extend, fencing write-back): skipped while
+    /// the node is unresponsive.
+    Vote,
+    /// Removes our key (release): always sent, finished in the background
+    /// after a timeout.
+    Cleanup,
+    /// Only reads (first-contact identity, status).
+    Read,
+}
+
 /// What a node said it is at first contact.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Identity {
@@ -129,12 +145,16 @@ impl Node {
 
     /// Runs `call` on this node's connection, bounded by the per-node timeout.
     ///
-    /// With `skip_unresponsive`, a node whose last call timed out and that has
-    /// not answered a probe since is not asked: an immediate vote against,
+    /// A [`Call::Vote`] is not sent to a node whose last call timed out and
+    /// that has not answered a probe since: an immediate vote against,
     /// instead of one more request piling up behind a frozen server.
+    /// A [`Call::Cleanup`] that times out is not dropped but finishes in the
+    /// background (for up to [`CLEANUP_LINGER`]): the `redis` crate skips a
+    /// queued request whose caller went away, and a release must not be lost
+    /// to a busy connection.
     fn bounded<T, F, Fut>(
         &self,
-        skip_unresponsive: bool,
+        kind: Call,
         call: F,
     ) -> impl Future<Output = Result<T, NodeError>> + Send + 'static
     where
@@ -142,7 +162,7 @@ impl Node {
         Fut: Future<Output = Result<T, RedisError>> + Send + 'static,
         T: Send + 'static,
     {
-        let connection = if skip_unresponsive && self.health.unresponsive.load(Ordering::Relaxed) {
+        let connection = if kind == Call::Vote && self.health.unresponsive.load(Ordering::Relaxed) {
             Err(self.error(NodeErrorKind::Unresponsive(self.timeout)))
         } else {
             self.connection()
@@ -152,7 +172,19 @@ impl Node {
         let health = self.health.clone();
         async move {
             let connection = connection?;
-            match tokio::time::timeout(timeout, call(connection.clone())).await {
+            let answer = if kind == Call::Cleanup {
+                let mut pending = Box::pin(call(connection.clone()));
+                let answer = tokio::time::timeout(timeout, &mut pending).await;
+                if answer.is_err()
+                    && let Ok(runtime) = tokio::runtime::Handle::try_current()
+                {
+                    runtime.spawn(tokio::time::timeout(CLEANUP_LINGER, pending));
+                }
+                answer
+            } else {
+                tokio::time::timeout(timeout, call(connection.clone())).await
+            };
+            match answer {
                 Ok(Ok(value)) => Ok(value),
                 Ok(Err(err)) => Err(NodeError::new(name, NodeErrorKind::Redis(Arc::new(err)))),
                 Err(_) => {
@@ -176,7 +208,7 @@ impl Node {
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
         let name = self.name.clone();
         let legacy = self.legacy_set.clone();
-        let call = self.bounded(true, move |mut connection| async move {
+        let call = self.bounded(Call::Vote, move |mut connection| async move {
             let set = |with_get: bool| {
                 let mut cmd = redis::cmd("SET");
                 cmd.arg(&*key).arg(&*token).arg("NX");
@@ -226,7 +258,7 @@ impl Node {
         ttl_ms: u64,
     ) -> impl Future<Output = Result<Reply, NodeError>> + Send + 'static {
         let name = self.name.clone();
-        let call = self.bounded(true, move |mut connection| async move {
+        let call = self.bounded(Call::Vote, move |mut connection| async move {
             scripts::ACQUIRE_FENCED
                 .key(&*key)
                 .key(&*counter_key)
@@ -257,7 +289,7 @@ impl Node {
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
         self.script(
             &scripts::FENCE_WRITE_BACK,
-            true,
+            Call::Vote,
             [key, counter_key],
             token,
             Some(fencing_token),
@@ -271,7 +303,7 @@ impl Node {
         token: Arc<str>,
         ttl_ms: u64,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
-        self.script(&scripts::EXTEND, true, [key], token, Some(ttl_ms))
+        self.script(&scripts::EXTEND, Call::Vote, [key], token, Some(ttl_ms))
     }
 
     /// The release script: `Ok(true)` when our key was deleted. With
@@ -285,7 +317,7 @@ impl Node {
         // Always sent: a node that was slow may still hold our key.
         self.script(
             &scripts::RELEASE,
-            false,
+            Call::Cleanup,
             [key],
             token,
             announce.then_some(1),
@@ -297,7 +329,7 @@ impl Node {
         &self,
         key: Arc<[u8]>,
     ) -> impl Future<Output = Result<Option<(String, i64)>, NodeError>> + Send + 'static {
-        let call = self.bounded(false, move |mut connection| async move {
+        let call = self.bounded(Call::Read, move |mut connection| async move {
             scripts::INSPECT
                 .key(&*key)
                 .invoke_async::<Option<(Vec<u8>, i64)>>(&mut connection)
@@ -318,7 +350,7 @@ impl Node {
         &self,
     ) -> impl Future<Output = Result<Identity, NodeError>> + Send + 'static {
         let name = self.name.clone();
-        let call = self.bounded(false, move |mut connection| async move {
+        let call = self.bounded(Call::Read, move |mut connection| async move {
             let answer = redis::pipe()
                 .cmd("INFO")
                 .arg("server")
@@ -365,13 +397,13 @@ impl Node {
     fn script<const KEYS: usize>(
         &self,
         script: &'static redis::Script,
-        skip_unresponsive: bool,
+        kind: Call,
         keys: [Arc<[u8]>; KEYS],
         token: Arc<str>,
         number: Option<u64>,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
         let name = self.name.clone();
-        let call = self.bounded(skip_unresponsive, move |mut connection| async move {
+        let call = self.bounded(kind, move |mut connection| async move {
             let mut invocation = script.prepare_invoke();
             for key in &keys {
                 invocation.key(&**key);

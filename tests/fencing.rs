@@ -135,10 +135,10 @@ fn reset_stats(nodes: &[RedisServer]) {
     }
 }
 
-async fn cycles(redlock: &Redlock, n: usize) {
+async fn cycles(redlock: &Redlock, phase: &str, n: usize) {
     for i in 0..n {
         let guard = redlock
-            .lock(format!("fencing:count:{i}"), Duration::from_secs(5))
+            .lock(format!("fencing:{phase}:{i}"), Duration::from_secs(5))
             .await
             .unwrap();
         guard.unlock().await.unwrap();
@@ -151,12 +151,17 @@ async fn cycles(redlock: &Redlock, n: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_off_sends_nothing_extra() {
     let nodes = servers(3);
-    let plain = Redlock::new(urls(&nodes)).unwrap();
-    cycles(&plain, 5).await; // first contact, script loading
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A per-node timeout long enough that a loaded machine never skips a
+    // node: the counts below assume every node gets every call.
+    let plain = Redlock::builder(urls(&nodes))
+        .node_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    cycles(&plain, "plain-warm-up", 5).await; // first contact, script loading
+    tokio::time::sleep(Duration::from_millis(300)).await;
     reset_stats(&nodes);
-    cycles(&plain, 20).await;
-    tokio::time::sleep(Duration::from_millis(100)).await; // stragglers
+    cycles(&plain, "plain", 20).await;
+    tokio::time::sleep(Duration::from_millis(300)).await; // stragglers
     let calls = command_calls(&nodes);
     // The release script's own GET, DEL and PUBLISH (the release
     // notification) count as commands too.
@@ -175,14 +180,15 @@ async fn fencing_off_sends_nothing_extra() {
     );
 
     let fenced = Redlock::builder(urls(&nodes))
+        .node_timeout(Duration::from_secs(2))
         .fencing(true)
         .build()
         .unwrap();
-    cycles(&fenced, 5).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    cycles(&fenced, "fenced-warm-up", 5).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     reset_stats(&nodes);
-    cycles(&fenced, 20).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    cycles(&fenced, "fenced", 20).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let calls = command_calls(&nodes);
     let scripts = calls.get("evalsha").copied().unwrap_or(0);
     // acquire + release on every node (120), a write-back on at least a quorum (40).
