@@ -10,6 +10,7 @@ use futures::future::OptionFuture;
 use tracing::Instrument;
 
 use crate::error::{Error, LostReason, NodeError, Result};
+use crate::quorum::ReleaseOutcome;
 use crate::redlock::{Inner, Ttl, show_resource};
 use crate::round::{Answer, Round, Until};
 use crate::waiting::Turn;
@@ -262,7 +263,7 @@ impl LockGuard {
             }
             return Err((LostReason::Expired, last_error));
         }
-        if votes.refused > votes.nodes - votes.quorum {
+        if votes.refusals_rule_out_quorum() {
             self.lost = true;
             return Err((LostReason::ExtensionRefused { votes }, last_error));
         }
@@ -319,24 +320,20 @@ impl LockGuard {
                 "release round"
             );
         });
-        let tolerable = votes.nodes - votes.quorum;
-        if votes.has_quorum() {
-            Ok(Unlocked::Released)
-        } else if votes.refused > tolerable {
-            // Too few nodes still held our token for it to be a lock.
-            tracing::warn!(resource = %self.shown_resource(), "lock had expired before its release");
-            Ok(Unlocked::Expired)
-        } else if votes.granted > 0 && votes.failed <= tolerable {
-            // Deleted everywhere it was held among the nodes that answered;
-            // the silent ones are too few to keep others from a quorum.
-            Ok(Unlocked::Released)
-        } else {
-            tracing::warn!(resource = %self.shown_resource(), %votes, "release unconfirmed");
-            Err(Error::ReleaseUnconfirmed {
-                resource: self.shown_resource(),
-                votes,
-                source: last_error,
-            })
+        match votes.release_outcome() {
+            ReleaseOutcome::Released => Ok(Unlocked::Released),
+            ReleaseOutcome::AlreadyExpired => {
+                tracing::warn!(resource = %self.shown_resource(), "lock had expired before its release");
+                Ok(Unlocked::Expired)
+            }
+            ReleaseOutcome::Unconfirmed => {
+                tracing::warn!(resource = %self.shown_resource(), %votes, "release unconfirmed");
+                Err(Error::ReleaseUnconfirmed {
+                    resource: self.shown_resource(),
+                    votes,
+                    source: last_error,
+                })
+            }
         }
     }
 

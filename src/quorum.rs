@@ -133,6 +133,39 @@ impl Votes {
     pub fn failures_rule_out_quorum(&self) -> bool {
         self.nodes.saturating_sub(self.failed) < self.quorum
     }
+
+    /// Whether the refusing nodes alone rule out a quorum: for an extension or
+    /// a release, too few nodes can still hold our token for it to be a lock.
+    pub fn refusals_rule_out_quorum(&self) -> bool {
+        self.nodes.saturating_sub(self.refused) < self.quorum
+    }
+
+    /// What a release round says about the lock it released.
+    pub(crate) fn release_outcome(&self) -> ReleaseOutcome {
+        if self.has_quorum() {
+            ReleaseOutcome::Released
+        } else if self.refusals_rule_out_quorum() {
+            ReleaseOutcome::AlreadyExpired
+        } else if self.granted > 0 && !self.failures_rule_out_quorum() {
+            // Deleted everywhere it was held among the nodes that answered;
+            // the silent ones are too few to keep others from a quorum.
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::Unconfirmed
+        }
+    }
+}
+
+/// The outcome of a release round, from its votes alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReleaseOutcome {
+    /// Our token is gone from a quorum, or from every node that answered
+    /// while the silent ones are too few to block a quorum.
+    Released,
+    /// Too few nodes still held our token: the lock had lapsed before.
+    AlreadyExpired,
+    /// Too many nodes were silent to tell.
+    Unconfirmed,
 }
 
 impl fmt::Display for Votes {
@@ -248,6 +281,47 @@ mod tests {
             votes.to_string(),
             "2 granted, 0 refused, 3 failed of 5 nodes, quorum 3"
         );
+    }
+
+    fn tally(answers: &[Option<bool>]) -> Votes {
+        let mut votes = Votes::new(answers.len());
+        for &answer in answers {
+            votes.record(answer);
+        }
+        votes
+    }
+
+    #[test]
+    fn release_outcomes_follow_from_the_votes() {
+        let (yes, no, failed) = (Some(true), Some(false), None);
+        let outcome = |answers: &[Option<bool>]| tally(answers).release_outcome();
+        assert_eq!(
+            outcome(&[yes, yes, yes, no, failed]),
+            ReleaseOutcome::Released
+        );
+        // Two nodes gone, one had lost our key: released where it was held.
+        assert_eq!(
+            outcome(&[yes, yes, no, failed, failed]),
+            ReleaseOutcome::Released
+        );
+        assert_eq!(
+            outcome(&[yes, no, no, no, failed]),
+            ReleaseOutcome::AlreadyExpired
+        );
+        assert_eq!(outcome(&[no]), ReleaseOutcome::AlreadyExpired);
+        assert_eq!(
+            outcome(&[yes, yes, failed, failed, failed]),
+            ReleaseOutcome::Unconfirmed
+        );
+        assert_eq!(outcome(&[failed]), ReleaseOutcome::Unconfirmed);
+    }
+
+    #[test]
+    fn refusals_can_rule_out_the_quorum() {
+        assert!(
+            tally(&[Some(false), Some(false), Some(false), None, None]).refusals_rule_out_quorum()
+        );
+        assert!(!tally(&[Some(false), Some(false), None, None, None]).refusals_rule_out_quorum());
     }
 
     #[test]

@@ -383,7 +383,7 @@ impl Inner {
             .and_then(|timeout| Instant::now().checked_add(timeout));
         let span = tracing::debug_span!("quorlock.lock", resource = %show_resource(resource), ttl_ms = ttl.millis);
         async move {
-            let (turn, retries) = if retries == 0 {
+            let (mut turn, retries) = if retries == 0 {
                 (None, 0)
             } else {
                 let wait_until = deadline.unwrap_or_else(|| self.retry_budget_end(retries));
@@ -393,7 +393,6 @@ impl Inner {
                     None => (None, 0),
                 }
             };
-            let mut turn = turn;
             // Set once a round finds the lock held elsewhere (with retries left).
             let mut listening: Option<Listening> = None;
             let mut attempt: u32 = 0;
