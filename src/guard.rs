@@ -1,4 +1,30 @@
 //! [`LockGuard`]: a held lock; extend, unlock, run work under it; Drop fallback.
+//!
+//! ## Why a guard is never valid after its keys
+//!
+//! A guard claims the lock until `valid_until`. That claim is safe while at
+//! least a quorum of nodes keeps our key until then: any other client's
+//! `SET NX` needs a quorum, and two quorums share a node, which holds our key.
+//!
+//! - **Acquire**: every node that granted set its key at or after the round's
+//!   `start`, with TTL `ttl`; so each keeps it until at least `start + ttl`,
+//!   and `valid_until = start + ttl - drift` is before that on every clock
+//!   whose rate differs from ours by less than the drift factor.
+//! - **Extend** (the extend script resets our key's TTL to the new `ttl`,
+//!   on whichever nodes it reaches, whether or not the round succeeds, and
+//!   even if the caller gives up): before any request goes out,
+//!   `valid_until` drops to `min(valid_until, start + ttl - drift)`. Every
+//!   node that resets the key does so after `start`, so it keeps the key
+//!   until at least `start + ttl`; every node the request has not reached
+//!   keeps its old expiry, which was already covered. So the capped claim
+//!   holds whatever each node did. Only a round in which a quorum extended
+//!   our key, and that ended before both the capped and the new validity,
+//!   raises `valid_until` to `start + ttl - drift` (the quorum then has our
+//!   key until at least `start + ttl`).
+//! - **Nodes that disagree**: a node that refuses (our key is gone there)
+//!   or fails does not count; when refusals alone rule out a quorum, the
+//!   guard is marked lost at once (`remaining()` is zero), since another
+//!   client may then hold the lock.
 
 use std::fmt;
 use std::future::Future;
@@ -200,10 +226,16 @@ impl LockGuard {
 
     /// Resets the lock's remaining life to `ttl` from now, on a quorum of nodes.
     ///
-    /// Succeeds iff a quorum extended it and the round finished before the
-    /// current validity ended; the new validity is `round start + ttl - drift`.
-    /// On failure nothing is deleted and [`valid_until`](Self::valid_until) is
-    /// unchanged.
+    /// Succeeds iff a quorum extended it and the round finished before both
+    /// the current validity and the new one ended; the new validity is
+    /// `round start + ttl - drift`.
+    ///
+    /// An extension *resets* the keys' TTL on every node it reaches (it does
+    /// not add to it), so it can also shorten them, and a node may act on it
+    /// even when the round fails or this future is dropped. So from the
+    /// moment the requests are sent, [`valid_until`](Self::valid_until) is at
+    /// most `round start + ttl - drift` (it never grows on failure), and only
+    /// a successful round raises it. Nothing is ever deleted by an extension.
     ///
     /// # Errors
     ///
@@ -216,9 +248,9 @@ impl LockGuard {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: if dropped, the guard keeps its old validity; nodes that
-    /// received the request may have extended their key, which only keeps it
-    /// longer on those nodes.
+    /// Cancel safe: if dropped, the guard's validity is what it was, capped
+    /// at `start + ttl - drift` as above (nodes that received the request may
+    /// have reset their key to `ttl`).
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
         let ttl = self.inner.check_ttl(ttl)?;
         Error::ensure_runtime()?;
@@ -226,7 +258,7 @@ impl LockGuard {
         if self.lost || Instant::now() >= self.valid_until {
             return Err(self.lost_error(LostReason::Expired, None));
         }
-        let start = Instant::now();
+        let start = self.begin_extension(ttl);
         let round = self
             .inner
             .extend_round(&self.key, &self.token, ttl)
@@ -236,7 +268,22 @@ impl LockGuard {
             .map_err(|(reason, source)| self.lost_error(reason, source))
     }
 
-    /// Takes in an extension round that started at `start`.
+    /// Notes that an extension to `ttl` is about to be sent, and returns its
+    /// start. Every node it reaches resets our key to `ttl` from about now,
+    /// so the validity drops to `start + ttl - drift` if that is sooner, and
+    /// stays there unless the round succeeds (see [`apply_extension`]).
+    ///
+    /// [`apply_extension`]: Self::apply_extension
+    fn begin_extension(&mut self, ttl: Ttl) -> Instant {
+        let start = Instant::now();
+        self.valid_until = self.valid_until.min(start + (ttl.ttl - ttl.drift));
+        start
+    }
+
+    /// Takes in an extension round that started at `start` (after
+    /// [`begin_extension`](Self::begin_extension)). It is applied only if a
+    /// quorum extended our key and the round ended before the validity the
+    /// guard had (already capped at the new one), and before the new one.
     fn apply_extension(
         &mut self,
         mut round: Round,
@@ -424,8 +471,8 @@ impl LockGuard {
                     let key = self.key.clone();
                     let token = self.token.clone();
                     let ttl = self.ttl;
+                    let start = self.begin_extension(ttl);
                     extension = Some(Box::pin(async move {
-                        let start = Instant::now();
                         (inner.extend_round(&key, &token, ttl).await, start)
                     }));
                 }

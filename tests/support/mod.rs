@@ -1,6 +1,13 @@
 //! Test support: real `redis-server` processes on free loopback ports, with the
-//! faults the tests inject (kill, SIGSTOP/SIGCONT, restart on the same port).
+//! faults the tests inject (kill, SIGSTOP/SIGCONT, restart on the same port),
+//! and a delaying TCP proxy (`proxy.rs`) for slow links.
+//!
+//! `QUORLOCK_TEST_SERVER` names another server binary to run instead of
+//! `redis-server` (a Valkey `valkey-server`, an older Redis).
 #![allow(dead_code)]
+
+mod proxy;
+pub use proxy::DelayProxy;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -12,6 +19,11 @@ use redis::Commands;
 
 const INSTALL_HINT: &str = "redis-server was not found on PATH. Install it with \
 `apt-get update && apt-get install -y redis-server` (or run scripts/test.sh, which installs it)";
+
+/// The server binary the tests run: `$QUORLOCK_TEST_SERVER`, or `redis-server`.
+pub fn server_binary() -> String {
+    std::env::var("QUORLOCK_TEST_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
+}
 
 /// One `redis-server` process owned by a test. Killed when dropped.
 pub struct RedisServer {
@@ -93,7 +105,7 @@ impl RedisServer {
     pub fn spawn(&mut self) -> Result<(), String> {
         assert!(self.child.is_none(), "server already running");
         std::fs::create_dir_all(&self.dir).map_err(|err| err.to_string())?;
-        let child = Command::new("redis-server")
+        let child = Command::new(server_binary())
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
@@ -106,7 +118,9 @@ impl RedisServer {
             .spawn();
         let mut child = match child {
             Ok(child) => child,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                panic!("{} not found. {INSTALL_HINT}", server_binary())
+            }
             Err(err) => return Err(format!("spawn redis-server: {err}")),
         };
         let deadline = Instant::now() + Duration::from_secs(10);
