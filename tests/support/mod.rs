@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 mod proxy;
+#[allow(unused_imports)]
 pub use proxy::DelayProxy;
 
 use std::net::TcpListener;
