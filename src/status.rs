@@ -48,6 +48,8 @@ pub struct LockStatus {
     pub quorum: usize,
     /// The token prefix held by at least a quorum of nodes, if any.
     pub holder: Option<String>,
+    /// Whether no quorum can hold the lock, whatever the silent nodes hold.
+    free: bool,
 }
 
 /// One node's raw answer: its name, and the holder's full token with the
@@ -56,20 +58,28 @@ pub(crate) type NodeAnswer = (String, Result<Option<(String, i64)>, NodeError>);
 
 impl LockStatus {
     /// Builds the status from each node's full token (compared whole, shown cut).
+    ///
+    /// The lock is free only if no token can be on a quorum: for the token
+    /// seen on the most nodes, those nodes plus every node that did not
+    /// answer (each may hold it, or any token never seen) stay below the
+    /// quorum.
     pub(crate) fn from_answers(answers: Vec<NodeAnswer>, quorum: usize) -> Self {
         let mut holder = None;
+        let mut most_on_one_token = 0;
         for (_, answer) in &answers {
             if let Ok(Some((token, _))) = answer {
                 let same = answers
                     .iter()
                     .filter(|(_, other)| matches!(other, Ok(Some((t, _))) if t == token))
                     .count();
-                if same >= quorum {
+                most_on_one_token = most_on_one_token.max(same);
+                if same >= quorum && holder.is_none() {
                     holder = Some(prefix(token));
-                    break;
                 }
             }
         }
+        let silent = answers.iter().filter(|(_, answer)| answer.is_err()).count();
+        let free = holder.is_none() && most_on_one_token + silent < quorum;
         let nodes = answers
             .into_iter()
             .map(|(node, answer)| NodeStatus {
@@ -88,6 +98,7 @@ impl LockStatus {
             nodes,
             quorum,
             holder,
+            free,
         }
     }
 
@@ -96,15 +107,18 @@ impl LockStatus {
         self.holder.is_some()
     }
 
-    /// Whether the answers settle the question: held, or free on enough nodes
-    /// that no quorum can hold it.
+    /// Whether no quorum can hold the lock under any token: the nodes that
+    /// hold the most common token, together with every node that did not
+    /// answer, are fewer than a quorum. A silent node is counted as holding
+    /// whatever would make a quorum, since it may.
+    pub fn is_free(&self) -> bool {
+        self.free
+    }
+
+    /// Whether the answers settle the question: held by a quorum, or
+    /// [free](Self::is_free).
     pub fn is_known(&self) -> bool {
-        let failed = self
-            .nodes
-            .iter()
-            .filter(|status| matches!(status.state, NodeState::Failed(_)))
-            .count();
-        self.is_held() || self.nodes.len() - failed >= self.quorum
+        self.is_held() || self.is_free()
     }
 }
 
@@ -129,7 +143,7 @@ impl fmt::Display for LockStatus {
                 NodeState::Failed(err) => writeln!(f, "{:<24} error: {}", status.node, err.kind())?,
             }
         }
-        match (&self.holder, self.is_known()) {
+        match (&self.holder, self.is_free()) {
             (Some(holder), _) => write!(
                 f,
                 "held by {holder}… on a quorum ({} of {} nodes needed)",
@@ -138,16 +152,61 @@ impl fmt::Display for LockStatus {
             ),
             (None, true) => write!(
                 f,
-                "free: no quorum holds it ({} of {} nodes needed)",
+                "free: no quorum can hold it ({} of {} nodes needed)",
                 self.quorum,
                 self.nodes.len()
             ),
             (None, false) => write!(
                 f,
-                "unknown: too few nodes answered ({} of {} needed)",
+                "unknown: the nodes that did not answer could make a quorum with a holder ({} of {} needed)",
                 self.quorum,
                 self.nodes.len()
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::NodeErrorKind;
+
+    fn free(node: &str) -> NodeAnswer {
+        (node.to_owned(), Ok(None))
+    }
+
+    fn held(node: &str, token: &str) -> NodeAnswer {
+        (node.to_owned(), Ok(Some((token.to_owned(), 5_000))))
+    }
+
+    fn failed(node: &str) -> NodeAnswer {
+        let error = NodeError::new(
+            node.into(),
+            NodeErrorKind::Timeout(Duration::from_millis(50)),
+        );
+        (node.to_owned(), Err(error))
+    }
+
+    #[test]
+    fn free_only_when_no_quorum_can_hold_it() {
+        let status = LockStatus::from_answers(vec![free("a"), free("b"), failed("c")], 2);
+        assert!(status.is_free() && status.is_known() && !status.is_held());
+
+        // The field report: X's key deleted on one node, still on another,
+        // the third frozen: it may hold X's token too, so X may hold a quorum.
+        let status =
+            LockStatus::from_answers(vec![free("a"), held("b", "x-token"), failed("c")], 2);
+        assert!(!status.is_free() && !status.is_known());
+        assert!(status.to_string().contains("unknown"), "{status}");
+
+        // Two different holders of one node each: no token can reach two.
+        let status = LockStatus::from_answers(vec![held("a", "x"), held("b", "y"), free("c")], 2);
+        assert!(status.is_free());
+
+        let status = LockStatus::from_answers(vec![held("a", "x"), held("b", "x"), failed("c")], 2);
+        assert!(status.is_held() && status.is_known() && !status.is_free());
+
+        let status = LockStatus::from_answers(vec![free("a"), failed("b"), failed("c")], 2);
+        assert!(!status.is_known());
     }
 }

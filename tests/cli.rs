@@ -358,3 +358,57 @@ fn sigterm_is_forwarded_and_the_lock_released() {
     let out = output(quorlock(&nodes).args(["status", "--resource", "cli:signal"]));
     assert_eq!(out.status.code(), Some(1), "released");
 }
+
+/// `status` says "free" only when enough nodes answered that no quorum can
+/// hold the lock: with the holder's key deleted on one node and the third
+/// node frozen, the frozen node may still hold it with the second, so the
+/// answer is "unknown" (75), not "free" (1).
+#[test]
+fn status_is_unknown_while_a_silent_node_could_make_a_quorum() {
+    let nodes = servers(3);
+    let holder = quorlock(&nodes)
+        .args([
+            "run",
+            "--resource",
+            "cli:status",
+            "--ttl",
+            "10s",
+            "--",
+            "sleep",
+            "30",
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut holder = KillOnDrop(holder);
+    let key = b"quorlock:cli:status";
+    let started = Instant::now();
+    while nodes.iter().any(|node| node.get(key).is_none()) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never held everywhere"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _: () = redis::cmd("DEL")
+        .arg(key)
+        .query(&mut nodes[0].connection())
+        .unwrap();
+    nodes[2].pause();
+    let out = output(quorlock(&nodes).args(["status", "--resource", "cli:status"]));
+    nodes[2].resume();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(EXIT_NOT_ACQUIRED), "{text}");
+    assert!(text.contains("unknown"), "{text}");
+    holder.0.kill().unwrap();
+}
+
+/// Kills the child process when dropped, so that a failing test leaves none.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -27,7 +27,8 @@ Exit codes of `run`:
   76               the lock was lost while CMD ran: CMD got SIGTERM, then SIGKILL after --grace
   126 / 127        CMD could not be executed / was not found
   2                bad arguments
-Exit codes of `status`: 0 held by a quorum, 1 free, 75 unknown (too few nodes answered).
+Exit codes of `status`: 0 held by a quorum, 1 free (no quorum can hold it), 75 unknown (the
+nodes that did not answer could make a quorum with a holder).
 
 Signals: SIGINT, SIGTERM and SIGHUP sent to quorlock are forwarded to CMD, and the lock
 is released when CMD exits. Ctrl-C in a terminal reaches CMD directly as well (same
@@ -170,7 +171,7 @@ async fn status(args: StatusArgs) -> ExitCode {
             println!("{status}");
             if status.is_held() {
                 ExitCode::SUCCESS
-            } else if status.is_known() {
+            } else if status.is_free() {
                 ExitCode::from(1)
             } else {
                 ExitCode::from(EXIT_NOT_ACQUIRED)
