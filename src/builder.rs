@@ -158,9 +158,12 @@ impl RedlockBuilder {
         self
     }
 
-    /// The longest [`Redlock::lock`] keeps trying. No new round starts after
-    /// it; one round already under way may finish (at most twice the
-    /// [`node_timeout`](Self::node_timeout) later). Default: none (the retry
+    /// The longest [`Redlock::lock`] keeps trying, counted from the call. No
+    /// round starts after it, also not for a caller still waiting for its
+    /// turn behind other callers of this client (it fails with
+    /// [`Error::Contended`] and `attempts` 0); one round already under way may
+    /// finish (at most twice the [`node_timeout`](Self::node_timeout) later,
+    /// three times with [fencing](Self::fencing)). Default: none (the retry
     /// count alone bounds the wait).
     pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
         self.config.acquire_timeout = Some(timeout);

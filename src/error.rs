@@ -66,8 +66,11 @@ pub enum Error {
     },
 
     /// The lock is held by someone else: enough nodes refused that no quorum was
-    /// possible, on every attempt.
-    #[error("could not lock {resource}: held elsewhere ({votes}; {attempts} attempt(s))")]
+    /// possible, on every attempt. With `attempts` 0, the call's wait (its
+    /// acquire timeout, or the time its retries would take) ran out while
+    /// another caller of this client held the lock or was taking it, before
+    /// this call's turn came: no round was made.
+    #[error("could not lock {resource}: {}", contended_detail(votes, *attempts))]
     Contended {
         /// The resource, shortened for display.
         resource: String,
@@ -317,6 +320,15 @@ pub enum NodeErrorKind {
     /// The call was made outside a tokio runtime.
     #[error("no tokio runtime: quorlock must be used within a tokio runtime")]
     NoRuntime,
+}
+
+/// Why a lock was contended, in words.
+fn contended_detail(votes: &Votes, attempts: u32) -> String {
+    if attempts == 0 {
+        "another caller of this client held it or was taking it for all of this call's wait (no round made)".into()
+    } else {
+        format!("held elsewhere ({votes}; {attempts} attempt(s))")
+    }
 }
 
 /// A Redis error as the node said it (`CODE detail`), or as the `redis` crate

@@ -138,7 +138,16 @@ impl LockGuard {
         self.turn = turn;
         self.fencing_token = fencing_token;
         self.acquired_at = start;
-        self.valid_until = start + (self.ttl.ttl - self.ttl.drift);
+        self.set_valid_until(start + (self.ttl.ttl - self.ttl.drift));
+    }
+
+    /// Moves the validity, and tells this client's waiting room (other
+    /// callers wait for the turn until then at most).
+    fn set_valid_until(&mut self, valid_until: Instant) {
+        self.valid_until = valid_until;
+        if let Some(turn) = &self.turn {
+            turn.hold_until(valid_until);
+        }
     }
 
     /// Releases a round that did not win. The release goes to every node (a
@@ -276,7 +285,7 @@ impl LockGuard {
     /// [`apply_extension`]: Self::apply_extension
     fn begin_extension(&mut self, ttl: Ttl) -> Instant {
         let start = Instant::now();
-        self.valid_until = self.valid_until.min(start + (ttl.ttl - ttl.drift));
+        self.set_valid_until(self.valid_until.min(start + (ttl.ttl - ttl.drift)));
         start
     }
 
@@ -303,7 +312,7 @@ impl LockGuard {
         if votes.has_quorum() {
             let new_valid_until = start + (ttl.ttl - ttl.drift);
             if finished < self.valid_until && finished < new_valid_until {
-                self.valid_until = new_valid_until;
+                self.set_valid_until(new_valid_until);
                 self.ttl = ttl;
                 self.extensions = self.extensions.saturating_add(1);
                 return Ok(());
@@ -312,6 +321,8 @@ impl LockGuard {
         }
         if votes.refusals_rule_out_quorum() {
             self.lost = true;
+            // Another client may hold the lock now: this one's validity ends.
+            self.set_valid_until(self.valid_until.min(finished));
             return Err((LostReason::ExtensionRefused { votes }, last_error));
         }
         Err((LostReason::Unreachable { votes }, last_error))

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::node::Node;
 use crate::notify::{Listening, Notifications};
-use crate::quorum::{self, MAX_TTL};
+use crate::quorum::{self, MAX_TTL, Votes};
 use crate::round::{Answer, Round, Until};
 use crate::status::LockStatus;
 use crate::waiting::{Turn, WaitingRoom};
@@ -371,16 +371,16 @@ impl Inner {
         ttl: Duration,
         retries: u32,
     ) -> Result<LockGuard> {
+        let deadline = self
+            .config
+            .acquire_timeout
+            .and_then(|timeout| Instant::now().checked_add(timeout));
         let key = self.key_for(resource)?;
         let ttl = self.check_ttl(ttl)?;
         Error::ensure_runtime()?;
         if let Some(reason) = self.contact.ensure(&self.nodes).await {
             return Err(Error::Misconfigured { reason });
         }
-        let deadline = self
-            .config
-            .acquire_timeout
-            .and_then(|timeout| Instant::now().checked_add(timeout));
         let span = tracing::debug_span!("quorlock.lock", resource = %show_resource(resource), ttl_ms = ttl.millis);
         async move {
             let (mut turn, retries) = if retries == 0 {
@@ -389,8 +389,16 @@ impl Inner {
                 let wait_until = deadline.unwrap_or_else(|| self.retry_budget_end(retries));
                 match self.waiting.enter(&key, wait_until).await {
                     Some(turn) => (Some(turn), retries),
-                    // Out of time behind other callers: one last round.
-                    None => (None, 0),
+                    // Out of time behind other callers of this client: no
+                    // round may start after the deadline.
+                    None => {
+                        return Err(Error::Contended {
+                            resource: show_resource(resource),
+                            votes: Votes::new(self.nodes.len()),
+                            attempts: 0,
+                            source: None,
+                        });
+                    }
                 }
             };
             // Set once a round finds the lock held elsewhere (with retries left).
@@ -472,6 +480,10 @@ impl Inner {
                         }
                     }
                     None => tokio::time::sleep(delay).await,
+                }
+                // The spread after a wake-up may have crossed the deadline.
+                if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                    return Err(failure);
                 }
             }
         }

@@ -6,32 +6,65 @@
 //! The turn passes on as soon as the holder's release has been handed to the
 //! node connections: the next caller's acquire then follows the release on
 //! the same connection, so a handoff costs one round trip, not a retry delay.
-//! Clients in other processes are unaffected: the nodes still decide.
+//! A holder whose lock expired while it kept its guard does not keep the
+//! turn: the room knows the holder's validity, and the next waiter goes on
+//! once it has passed.
+//!
+//! The room can only withhold rounds, never grant a lock: the nodes still
+//! decide every acquisition (`SET NX` on a quorum), so a caller that goes on
+//! without the turn, or a client in another process, is as safe as any.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tokio::sync::OwnedMutexGuard;
 
-type Room = Arc<tokio::sync::Mutex<()>>;
+/// One resource's turn and what the room knows of its holder.
+#[derive(Debug, Default)]
+struct Room {
+    turn: Arc<tokio::sync::Mutex<()>>,
+    /// The ticket of the caller that last took the lock through this room,
+    /// and until when that lock is valid.
+    holder: Mutex<Option<(u64, Instant)>>,
+}
+
+impl Room {
+    fn holder(&self) -> std::sync::MutexGuard<'_, Option<(u64, Instant)>> {
+        // Each update is one assignment: poisoning cannot leave it half written.
+        self.holder
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// When the current holder's lock stops being valid, if one holds it.
+    fn holder_valid_until(&self) -> Option<Instant> {
+        self.holder().map(|(_, valid_until)| valid_until)
+    }
+}
 
 /// The turns of one client, by lock key.
 #[derive(Debug, Default)]
 pub(crate) struct WaitingRoom {
-    rooms: Mutex<HashMap<Arc<[u8]>, Room>>,
+    rooms: Mutex<HashMap<Arc<[u8]>, Arc<Room>>>,
+    tickets: AtomicU64,
 }
 
-/// The turn to talk to the nodes for one key; passes to the next waiter when dropped.
+/// The turn to talk to the nodes for one key; passes to the next waiter when
+/// dropped.
 #[derive(Debug)]
 pub(crate) struct Turn {
     waiting: Arc<WaitingRoom>,
     key: Arc<[u8]>,
+    room: Arc<Room>,
+    ticket: u64,
+    /// `None` for a caller that went on because the holder's lock expired.
     held: Option<OwnedMutexGuard<()>>,
 }
 
 impl WaitingRoom {
-    fn rooms(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<[u8]>, Room>> {
+    fn rooms(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<[u8]>, Arc<Room>>> {
         // Every update is a single insert or remove: a panic elsewhere cannot
         // leave the map half written, so poisoning is ignored.
         self.rooms
@@ -40,7 +73,9 @@ impl WaitingRoom {
     }
 
     /// Waits for the turn on `key`, in arrival order, until `deadline`.
-    /// `None` if the deadline passed first.
+    /// `None` if the deadline passed first. If the caller holding the turn
+    /// has a lock whose validity ends first, the wait ends then (the turn is
+    /// the caller's, though the old holder has not let go).
     ///
     /// Cancel safe: a waiter dropped while queued leaves the queue.
     pub(crate) async fn enter(
@@ -48,32 +83,64 @@ impl WaitingRoom {
         key: &Arc<[u8]>,
         deadline: Instant,
     ) -> Option<Turn> {
-        // Declared first, so dropped last: if this future is dropped or times
-        // out, the queue's handle on the room is gone when `turn` cleans up.
+        let room = self.rooms().entry(key.clone()).or_default().clone();
+        // Declared before the queue entry, so dropped after it: if this
+        // future is dropped or times out, the queue's handle on the room is
+        // gone when `turn` cleans up.
         let mut turn = Turn {
             waiting: self.clone(),
             key: key.clone(),
+            room: room.clone(),
+            ticket: self.tickets.fetch_add(1, Ordering::Relaxed),
             held: None,
         };
-        let room = self.rooms().entry(key.clone()).or_default().clone();
-        match tokio::time::timeout_at(deadline.into(), room.lock_owned()).await {
-            Ok(held) => {
-                turn.held = Some(held);
-                Some(turn)
+        let mut queued = std::pin::pin!(room.turn.clone().lock_owned());
+        loop {
+            let wake = room
+                .holder_valid_until()
+                .map_or(deadline, |valid_until| valid_until.min(deadline));
+            match tokio::time::timeout_at(wake.into(), &mut queued).await {
+                Ok(held) => {
+                    turn.held = Some(held);
+                    return Some(turn);
+                }
+                Err(_) if Instant::now() >= deadline => return None,
+                Err(_) => {
+                    let expired = room
+                        .holder_valid_until()
+                        .is_some_and(|valid_until| valid_until <= Instant::now());
+                    if expired {
+                        return Some(turn);
+                    }
+                    // Extended, or handed on, meanwhile: wait again.
+                }
             }
-            Err(_) => None,
         }
+    }
+}
+
+impl Turn {
+    /// Records that this turn's caller holds the lock until `valid_until`.
+    pub(crate) fn hold_until(&self, valid_until: Instant) {
+        *self.room.holder() = Some((self.ticket, valid_until));
     }
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        // Pass the turn on first, then forget the room if nobody uses it.
+        {
+            let mut holder = self.room.holder();
+            if holder.is_some_and(|(ticket, _)| ticket == self.ticket) {
+                *holder = None;
+            }
+        }
+        // Pass the turn on, then forget the room if nobody else uses it (the
+        // map and this turn are its last two handles).
         drop(self.held.take());
         let mut rooms = self.waiting.rooms();
         if rooms
             .get(&self.key)
-            .is_some_and(|room| Arc::strong_count(room) == 1)
+            .is_some_and(|room| Arc::ptr_eq(room, &self.room) && Arc::strong_count(room) == 2)
         {
             rooms.remove(&self.key);
         }
@@ -111,5 +178,38 @@ mod tests {
         }
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
         assert!(waiting.rooms().is_empty(), "no room kept for an idle key");
+    }
+
+    #[tokio::test]
+    async fn a_holder_whose_lock_expired_does_not_keep_the_turn() {
+        let waiting = Arc::new(WaitingRoom::default());
+        let key: Arc<[u8]> = b"k".as_slice().into();
+        let far = Instant::now() + Duration::from_secs(5);
+        let holder = waiting.enter(&key, far).await.unwrap();
+        holder.hold_until(Instant::now() + Duration::from_millis(50));
+        let started = Instant::now();
+        let next = waiting
+            .enter(&key, far)
+            .await
+            .expect("the turn after expiry");
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(50) && waited < Duration::from_secs(2),
+            "{waited:?}"
+        );
+        // An extension moves the end of the wait on.
+        next.hold_until(Instant::now() + Duration::from_millis(30));
+        let extend = {
+            let next = &next;
+            async move {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                next.hold_until(Instant::now() + Duration::from_millis(100));
+            }
+        };
+        let started = Instant::now();
+        let (third, ()) = tokio::join!(waiting.enter(&key, far), extend);
+        assert!(third.is_some() && started.elapsed() >= Duration::from_millis(100));
+        drop((holder, next, third));
+        assert!(waiting.rooms().is_empty());
     }
 }

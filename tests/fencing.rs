@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use quorlock::Redlock;
-use support::{RedisServer, servers, urls};
+use support::{RedisServer, command_calls, reset_stats, servers, urls};
 
 const TTL: Duration = Duration::from_millis(500);
 
@@ -97,42 +97,6 @@ async fn stale_writer_is_rejected_by_the_storage() {
     assert!(rejected.contains("stale"), "{rejected}");
     assert_eq!(storage.value, Some("B's order"));
     b.unlock().await.unwrap();
-}
-
-/// Calls per command on `nodes` since their stats were reset.
-fn command_calls(nodes: &[RedisServer]) -> BTreeMap<String, u64> {
-    let mut calls = BTreeMap::new();
-    for node in nodes {
-        let stats: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(&mut node.connection())
-            .unwrap();
-        for line in stats
-            .lines()
-            .filter_map(|line| line.strip_prefix("cmdstat_"))
-        {
-            let (name, rest) = line.split_once(':').unwrap();
-            let count: u64 = rest
-                .split("calls=")
-                .nth(1)
-                .and_then(|r| r.split(',').next())
-                .and_then(|c| c.parse().ok())
-                .unwrap();
-            *calls.entry(name.to_owned()).or_default() += count;
-        }
-    }
-    calls.remove("info");
-    calls.remove("config|resetstat");
-    calls
-}
-
-fn reset_stats(nodes: &[RedisServer]) {
-    for node in nodes {
-        let _: () = redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query(&mut node.connection())
-            .unwrap();
-    }
 }
 
 async fn cycles(redlock: &Redlock, phase: &str, n: usize) {

@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use quorlock::{Error, LostReason, Unlocked};
-use support::{builder, eventually, holders, servers};
+use support::{builder, command_calls, eventually, holders, reset_stats, servers};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -312,5 +312,38 @@ async fn key_prefix_and_binary_resource_names() {
     let guard = redlock.try_lock(resource, TTL).await.unwrap();
     assert_eq!(guard.key(), b"app:\xff\x00x\xfe");
     assert!(nodes[0].get(guard.key()).is_some());
+    guard.unlock().await.unwrap();
+}
+
+/// The acquire timeout bounds when rounds start: a caller that runs out of
+/// time waiting behind another caller of the same client gives up at its
+/// deadline without sending anything to the nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_timeout_spent_waiting_for_a_turn_starts_no_round() {
+    let nodes = servers(3);
+    let timeout = Duration::from_millis(300);
+    let redlock = builder(&nodes).acquire_timeout(timeout).build().unwrap();
+    let guard = redlock.lock("basics:deadline", TTL).await.unwrap();
+    let key = guard.key().to_vec();
+    assert!(
+        eventually(Duration::from_secs(2), || holders(&nodes, &key)
+            .iter()
+            .all(Option::is_some))
+        .await
+    );
+    reset_stats(&nodes);
+    let started = Instant::now();
+    let err = redlock.lock("basics:deadline", TTL).await.unwrap_err();
+    let waited = started.elapsed();
+    assert!(err.is_contended(), "got {err}");
+    assert!(
+        waited >= timeout && waited < timeout + Duration::from_millis(500),
+        "gave up after {waited:?}"
+    );
+    let calls = command_calls(&nodes);
+    assert!(
+        calls.is_empty(),
+        "no round after the deadline, but the nodes got {calls:?}"
+    );
     guard.unlock().await.unwrap();
 }

@@ -10,6 +10,7 @@ mod proxy;
 #[allow(unused_imports)]
 pub use proxy::DelayProxy;
 
+use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -351,4 +352,42 @@ pub async fn lock_until_held_on(
         }
     }
     false
+}
+
+/// Calls per command on `nodes` since their stats were reset (`INFO` and
+/// `CONFIG RESETSTAT`, the test's own, left out).
+pub fn command_calls(nodes: &[RedisServer]) -> BTreeMap<String, u64> {
+    let mut calls = BTreeMap::new();
+    for node in nodes {
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut node.connection())
+            .unwrap();
+        for line in stats
+            .lines()
+            .filter_map(|line| line.strip_prefix("cmdstat_"))
+        {
+            let (name, rest) = line.split_once(':').unwrap();
+            let count: u64 = rest
+                .split("calls=")
+                .nth(1)
+                .and_then(|r| r.split(',').next())
+                .and_then(|c| c.parse().ok())
+                .unwrap();
+            *calls.entry(name.to_owned()).or_default() += count;
+        }
+    }
+    calls.remove("info");
+    calls.remove("config|resetstat");
+    calls
+}
+
+/// Resets the command statistics of `nodes`.
+pub fn reset_stats(nodes: &[RedisServer]) {
+    for node in nodes {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut node.connection())
+            .unwrap();
+    }
 }
