@@ -18,6 +18,8 @@ pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
 pub const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(100);
 /// Default bound on each call to one node.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+/// Default bound on connecting to one node and on its first-contact check.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default clock-drift factor: 1% of the TTL (plus 2 ms).
 pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 /// Default prefix put before every resource name to form the Redis key.
@@ -30,7 +32,7 @@ pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(60);
 /// resources), used with [`RedlockBuilder::fencing`].
 pub const DEFAULT_FENCING_COUNTER_KEY: &str = "quorlock-fencing-counter";
 
-/// The longest retry delay, retry jitter or per-node timeout accepted.
+/// The longest retry delay, retry jitter, per-node or connect timeout accepted.
 const MAX_DELAY_OPTION: Duration = Duration::from_secs(3600);
 
 /// The validated options of a [`Redlock`].
@@ -41,6 +43,7 @@ pub(crate) struct Config {
     pub(crate) retry_delay: Duration,
     pub(crate) retry_jitter: Duration,
     pub(crate) node_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
     pub(crate) drift_factor: f64,
     pub(crate) key_prefix: Arc<[u8]>,
     pub(crate) auto_extend: bool,
@@ -71,6 +74,7 @@ impl Default for Config {
             retry_delay: DEFAULT_RETRY_DELAY,
             retry_jitter: DEFAULT_RETRY_JITTER,
             node_timeout: DEFAULT_NODE_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             drift_factor: DEFAULT_DRIFT_FACTOR,
             key_prefix: DEFAULT_KEY_PREFIX.as_bytes().into(),
             auto_extend: true,
@@ -184,11 +188,27 @@ impl RedlockBuilder {
         self
     }
 
-    /// The bound on every call to one node (connecting included). A node that
-    /// does not answer in time counts as a vote against. Keep it small next to
-    /// your TTLs. Default: 50 ms; must be above zero.
+    /// The bound on every call to one node once it is connected. A node that
+    /// does not answer in time counts as a vote against, and is skipped by
+    /// later rounds until it answers a `PING`. Keep it small next to your
+    /// TTLs, but above the round trip to your nodes. Default: 50 ms; must be
+    /// above zero.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.config.node_timeout = timeout;
+        self
+    }
+
+    /// The bound on connecting to one node (TCP, TLS, `AUTH`, the connection's
+    /// setup commands) and on its first-contact check (`INFO`, `ROLE`), which
+    /// a client makes before its first lock. Separate from the
+    /// [`node_timeout`](Self::node_timeout), because connecting takes several
+    /// round trips: over a 30 ms link, a fresh client could never connect
+    /// within a 50 ms call bound. A call made while its node is still
+    /// connecting waits for it within its own node timeout. The
+    /// [`acquire_timeout`](Self::acquire_timeout) bounds a first lock's wait
+    /// for first contact too. Default: 1 s; must be above zero.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connect_timeout = timeout;
         self
     }
 
@@ -291,8 +311,12 @@ impl RedlockBuilder {
         if config.node_timeout.is_zero() {
             return Err(invalid_option("node_timeout", "must be above zero"));
         }
+        if config.connect_timeout.is_zero() {
+            return Err(invalid_option("connect_timeout", "must be above zero"));
+        }
         for (option, value) in [
             ("node_timeout", config.node_timeout),
+            ("connect_timeout", config.connect_timeout),
             ("retry_delay", config.retry_delay),
             ("retry_jitter", config.retry_jitter),
         ] {
@@ -322,7 +346,7 @@ impl RedlockBuilder {
         }
         let nodes: Vec<Node> = clients
             .into_iter()
-            .map(|client| Node::new(client, config.node_timeout))
+            .map(|client| Node::new(client, config.node_timeout, config.connect_timeout))
             .collect();
         if nodes.len().is_multiple_of(2) {
             tracing::warn!(

@@ -294,7 +294,9 @@ impl NodeError {
     pub fn is_timeout(&self) -> bool {
         matches!(
             self.kind,
-            NodeErrorKind::Timeout(_) | NodeErrorKind::Unresponsive(_)
+            NodeErrorKind::Timeout(_)
+                | NodeErrorKind::Unresponsive(_)
+                | NodeErrorKind::ConnectTimeout(_)
         )
     }
 }
@@ -317,6 +319,14 @@ pub enum NodeErrorKind {
     /// The node answered with something the protocol does not allow.
     #[error("unexpected reply {0}")]
     UnexpectedReply(String),
+    /// No connection could be made within the connect timeout.
+    #[error("could not connect within {0:?}")]
+    ConnectTimeout(Duration),
+    /// The node has not passed its first-contact check yet (it did not
+    /// answer it in time, or the check is under way), so its grants do not
+    /// count toward a quorum. Says why, where known.
+    #[error("not checked at first contact yet ({0}): its grants do not count")]
+    Unchecked(String),
     /// The call was made outside a tokio runtime.
     #[error("no tokio runtime: quorlock must be used within a tokio runtime")]
     NoRuntime,

@@ -151,6 +151,7 @@
 #![warn(missing_docs)]
 
 mod builder;
+mod connection;
 mod contact;
 mod error;
 mod guard;
@@ -164,9 +165,9 @@ mod status;
 mod waiting;
 
 pub use builder::{
-    DEFAULT_DRIFT_FACTOR, DEFAULT_FENCING_COUNTER_KEY, DEFAULT_KEY_PREFIX, DEFAULT_MAX_HOLD,
-    DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_COUNT, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER,
-    RedlockBuilder,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_FENCING_COUNTER_KEY, DEFAULT_KEY_PREFIX,
+    DEFAULT_MAX_HOLD, DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_COUNT, DEFAULT_RETRY_DELAY,
+    DEFAULT_RETRY_JITTER, RedlockBuilder,
 };
 pub use error::{Error, LostReason, NodeError, NodeErrorKind, Result};
 pub use guard::{LockGuard, Unlocked};

@@ -1,16 +1,25 @@
-//! One Redis node: a lazily created, self-reconnecting multiplexed connection,
-//! and the three lock operations, each bounded by the per-node timeout.
+//! One Redis node: its connection (`connection.rs`) and the lock operations,
+//! each bounded: votes, releases and reads by the per-node timeout, the
+//! first-contact check by the connect timeout.
+//!
+//! A node whose call timed out is *skipped* by votes (an immediate vote
+//! against, instead of one more request piling up behind a frozen server)
+//! until it answers a `PING`. Skipped and "a probe is running" are one state,
+//! set only by the task that probes and cleared when that task ends, however
+//! it ends (an answer, or its runtime shutting down): a skipped node always
+//! has a probe on the way.
 
 use std::future::Future;
 
 use futures::FutureExt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, RedisError, Value};
+use redis::aio::MultiplexedConnection;
+use redis::{Client, RedisError, RedisResult, Value};
 
+use crate::connection::{self, Link};
 use crate::error::{NodeError, NodeErrorKind};
 use crate::round::Reply;
 use crate::scripts;
@@ -18,7 +27,7 @@ use crate::scripts;
 /// How long a cleanup call that timed out keeps going in the background.
 const CLEANUP_LINGER: Duration = Duration::from_secs(10);
 
-/// What a call is for, which decides how it treats a slow node.
+/// What a call is for, which decides its bound and how it treats a slow node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Call {
     /// Asks for a vote (acquire, extend, fencing write-back): skipped while
@@ -27,8 +36,11 @@ enum Call {
     /// Removes our key (release): always sent, finished in the background
     /// after a timeout.
     Cleanup,
-    /// Only reads (first-contact identity, status).
+    /// Only reads (status).
     Read,
+    /// The first-contact check: bounded by the connect timeout, since it may
+    /// have to connect first; a timeout does not mark the node unresponsive.
+    Contact,
 }
 
 /// What a node said it is at first contact.
@@ -38,52 +50,69 @@ pub(crate) struct Identity {
     pub(crate) run_id: Option<String>,
     /// The first element of `ROLE`: `master`, `slave` or `sentinel`.
     pub(crate) role: Option<String>,
+    /// The check commands the node refused, each with its reply (`ROLE: ERR
+    /// unknown command…`, a renamed command; `NOPERM …`, an ACL user).
+    pub(crate) refused: Vec<String>,
 }
 
 /// Whether a node answers in time, shared with its probe.
 #[derive(Debug, Default)]
 struct Health {
-    /// The last call timed out and no probe has been answered since.
-    unresponsive: AtomicBool,
-    /// A probe task is running.
-    probing: AtomicBool,
+    /// A call timed out and the probe started then has not had an answer.
+    skipped: AtomicBool,
 }
 
 impl Health {
-    /// Marks the node unresponsive and starts probing it with `PING` (each
-    /// bounded by `timeout`) until it answers.
-    fn timed_out(
-        self: &Arc<Self>,
-        connection: ConnectionManager,
-        timeout: Duration,
-        name: &Arc<str>,
-    ) {
-        self.unresponsive.store(true, Ordering::Relaxed);
-        if self.probing.swap(true, Ordering::AcqRel) {
-            return;
-        }
+    fn is_skipped(&self) -> bool {
+        self.skipped.load(Ordering::Acquire)
+    }
+
+    /// A call timed out: skip the node and probe it with `PING` (each bounded
+    /// by `timeout`) until it answers. Without a runtime to probe on, the
+    /// node is not skipped.
+    fn timed_out(self: &Arc<Self>, link: Arc<Link>, timeout: Duration, name: &Arc<str>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.probing.store(false, Ordering::Release);
             return;
         };
+        if self.skipped.swap(true, Ordering::AcqRel) {
+            return; // a probe is on its way
+        }
         tracing::debug!(node = %name, "node timed out: skipped until it answers a PING");
-        let health = self.clone();
+        let probe = Probe {
+            health: self.clone(),
+        };
         let name = name.clone();
         runtime.spawn(async move {
-            let mut connection = connection;
-            let ping = redis::cmd("PING");
+            let _probe = probe;
             loop {
-                let answer = ping.query_async::<Value>(&mut connection);
+                let ping = async {
+                    let handle = link.connection().await?;
+                    let mut connection = handle.connection;
+                    redis::cmd("PING")
+                        .query_async::<Value>(&mut connection)
+                        .await
+                        .map_err(|err| NodeErrorKind::Redis(Arc::new(err)))
+                };
                 // Any answer, even an error, shows the node is not frozen.
-                if tokio::time::timeout(timeout, answer).await.is_ok() {
+                if tokio::time::timeout(timeout, ping).await.is_ok() {
                     break;
                 }
                 tokio::time::sleep(timeout).await;
             }
             tracing::debug!(node = %name, "node answers again");
-            health.unresponsive.store(false, Ordering::Relaxed);
-            health.probing.store(false, Ordering::Release);
         });
+    }
+}
+
+/// The running probe of a skipped node: its end, however it comes, ends the
+/// skipping.
+struct Probe {
+    health: Arc<Health>,
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        self.health.skipped.store(false, Ordering::Release);
     }
 }
 
@@ -93,87 +122,72 @@ pub(crate) struct Node {
     /// `host:port` (or the socket path), for errors and logs; never credentials.
     name: Arc<str>,
     client: Client,
-    /// Created on first use, inside the runtime (creating it spawns a task).
-    connection: OnceLock<ConnectionManager>,
+    link: Arc<Link>,
     timeout: Duration,
+    connect_timeout: Duration,
     /// Set once the server refused `SET NX GET` (Redis < 7.0).
     legacy_set: Arc<AtomicBool>,
     health: Arc<Health>,
 }
 
 impl Node {
-    pub(crate) fn new(client: Client, timeout: Duration) -> Self {
+    pub(crate) fn new(client: Client, timeout: Duration, connect_timeout: Duration) -> Self {
         let name: Arc<str> = client.get_connection_info().addr().to_string().into();
         Node {
             name,
+            link: Link::new(client.clone(), connect_timeout),
             client,
-            connection: OnceLock::new(),
             timeout,
+            connect_timeout,
             legacy_set: Arc::default(),
             health: Arc::default(),
         }
     }
 
-    fn error(&self, kind: NodeErrorKind) -> NodeError {
-        NodeError::new(self.name.clone(), kind)
-    }
-
-    fn redis_error(&self, err: RedisError) -> NodeError {
-        self.error(NodeErrorKind::Redis(Arc::new(err)))
-    }
-
-    /// The node's connection, created on first use. One per node, shared by all
-    /// calls; it reconnects by itself after the node went away.
-    fn connection(&self) -> Result<ConnectionManager, NodeError> {
-        if let Some(connection) = self.connection.get() {
-            return Ok(connection.clone());
-        }
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(self.error(NodeErrorKind::NoRuntime));
-        }
-        // One connection attempt per call: a node that is down answers each
-        // call with an error at once (a vote against), and the next call tries
-        // to connect again, so a node that comes back is used again.
-        let config = ConnectionManagerConfig::new()
-            .set_number_of_retries(0)
-            .set_connection_timeout(Some(self.timeout.max(Duration::from_secs(1))))
-            .set_response_timeout(None);
-        let created = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-            .map_err(|err| self.redis_error(err))?;
-        Ok(self.connection.get_or_init(|| created).clone())
-    }
-
-    /// Runs `call` on this node's connection, bounded by the per-node timeout.
+    /// Runs `call` on this node's connection (connecting first if needed),
+    /// bounded by the per-node timeout (the connect timeout for
+    /// [`Call::Contact`]).
     ///
-    /// A [`Call::Vote`] is not sent to a node whose last call timed out and
-    /// that has not answered a probe since: an immediate vote against,
-    /// instead of one more request piling up behind a frozen server.
-    /// A [`Call::Cleanup`] that times out is not dropped but finishes in the
-    /// background (for up to [`CLEANUP_LINGER`]): the `redis` crate skips a
-    /// queued request whose caller went away, and a release must not be lost
-    /// to a busy connection.
+    /// A [`Call::Vote`] is not sent to a skipped node. A [`Call::Cleanup`]
+    /// that times out is not dropped but finishes in the background (for up
+    /// to [`CLEANUP_LINGER`]): the `redis` crate skips a queued request whose
+    /// caller went away, and a release must not be lost to a busy connection.
     fn bounded<T, F, Fut>(
         &self,
         kind: Call,
         call: F,
     ) -> impl Future<Output = Result<T, NodeError>> + Send + 'static
     where
-        F: FnOnce(ConnectionManager) -> Fut + Send + 'static,
+        F: FnOnce(MultiplexedConnection) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, RedisError>> + Send + 'static,
         T: Send + 'static,
     {
-        let connection = if kind == Call::Vote && self.health.unresponsive.load(Ordering::Relaxed) {
-            Err(self.error(NodeErrorKind::Unresponsive(self.timeout)))
-        } else {
-            self.connection()
-        };
+        let skipped = kind == Call::Vote && self.health.is_skipped();
         let name = self.name.clone();
-        let timeout = self.timeout;
-        let health = self.health.clone();
+        let timeout = match kind {
+            Call::Contact => self.connect_timeout,
+            _ => self.timeout,
+        };
+        let (link, health) = (self.link.clone(), self.health.clone());
         async move {
-            let connection = connection?;
+            if skipped {
+                return Err(NodeError::new(name, NodeErrorKind::Unresponsive(timeout)));
+            }
+            let work = {
+                let link = link.clone();
+                async move {
+                    let handle = link.connection().await?;
+                    let answer = call(handle.connection.clone()).await;
+                    if let Err(err) = &answer
+                        && connection::is_broken(err)
+                    {
+                        link.broken(&handle);
+                    }
+                    answer.map_err(|err| NodeErrorKind::Redis(Arc::new(err)))
+                }
+            };
             let answer = if kind == Call::Cleanup {
-                let mut pending = Box::pin(call(connection.clone()));
+                let mut pending = Box::pin(work);
                 let answer = tokio::time::timeout(timeout, &mut pending).await;
                 if answer.is_err()
                     && let Ok(runtime) = tokio::runtime::Handle::try_current()
@@ -182,13 +196,15 @@ impl Node {
                 }
                 answer
             } else {
-                tokio::time::timeout(timeout, call(connection.clone())).await
+                tokio::time::timeout(timeout, work).await
             };
             match answer {
                 Ok(Ok(value)) => Ok(value),
-                Ok(Err(err)) => Err(NodeError::new(name, NodeErrorKind::Redis(Arc::new(err)))),
+                Ok(Err(kind)) => Err(NodeError::new(name, kind)),
                 Err(_) => {
-                    health.timed_out(connection, timeout, &name);
+                    if kind != Call::Contact {
+                        health.timed_out(link, timeout, &name);
+                    }
                     Err(NodeError::new(name, NodeErrorKind::Timeout(timeout)))
                 }
             }
@@ -343,41 +359,61 @@ impl Node {
         })
     }
 
-    /// What the node says it is: its `run_id` (`INFO server`) and whether
-    /// `ROLE` calls it a master. A server that refuses both (an ACL user
-    /// without the permission) gives an identity with neither known.
+    /// What the node says it is: its `run_id` (`INFO server`) and its
+    /// `ROLE`, in one round trip with the `SCRIPT LOAD` of `scripts`, bounded
+    /// by the connect timeout. A command the node refuses (an ACL user
+    /// without the permission, a renamed command, a proxy that lacks it)
+    /// leaves that part unknown and is listed in [`Identity::refused`] with
+    /// the node's reply (a refused `SCRIPT LOAD` only costs the `NOSCRIPT`
+    /// fallback later); only a failure to get any answer (no connection, a
+    /// timeout) is an error.
     pub(crate) fn identify(
         &self,
+        scripts: &'static [&'static str],
     ) -> impl Future<Output = Result<Identity, NodeError>> + Send + 'static {
         let name = self.name.clone();
-        let call = self.bounded(Call::Read, move |mut connection| async move {
-            let answer = redis::pipe()
-                .cmd("INFO")
-                .arg("server")
-                .cmd("ROLE")
-                .query_async::<(String, Vec<Value>)>(&mut connection)
-                .await;
-            match answer {
-                Ok((info, role)) => Ok(Some((info, role))),
-                Err(err) if err.code() == Some("NOPERM") => Ok(None),
-                Err(err) => Err(err),
+        let call = self.bounded(Call::Contact, move |mut connection| async move {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors().cmd("INFO").arg("server").cmd("ROLE");
+            for code in scripts {
+                pipe.cmd("SCRIPT").arg("LOAD").arg(*code);
             }
+            pipe.query_async::<Vec<RedisResult<Value>>>(&mut connection)
+                .await
         });
         async move {
-            let Some((info, role)) = call.await? else {
-                tracing::warn!(node = %name, "not permitted to run INFO/ROLE: duplicate and replica checks skipped for this node");
-                return Ok(Identity::default());
-            };
-            let run_id = info
-                .lines()
-                .find_map(|line| line.strip_prefix("run_id:"))
-                .map(|id| id.trim().to_owned());
-            let role = match role.first() {
-                Some(Value::BulkString(bytes)) => Some(String::from_utf8_lossy(bytes).into_owned()),
-                Some(Value::SimpleString(text)) => Some(text.clone()),
-                _ => None,
-            };
-            Ok(Identity { run_id, role })
+            let mut answers = call.await?.into_iter();
+            let mut identity = Identity::default();
+            match answers.next() {
+                Some(Ok(info)) => {
+                    let info = redis::from_redis_value::<String>(info).unwrap_or_default();
+                    identity.run_id = info
+                        .lines()
+                        .find_map(|line| line.strip_prefix("run_id:"))
+                        .map(|id| id.trim().to_owned());
+                }
+                Some(Err(err)) => identity_refusal(&mut identity.refused, "INFO server", &err),
+                None => {}
+            }
+            match answers.next() {
+                Some(Ok(Value::Array(role))) => {
+                    identity.role = match role.first() {
+                        Some(Value::BulkString(bytes)) => {
+                            Some(String::from_utf8_lossy(bytes).into_owned())
+                        }
+                        Some(Value::SimpleString(text)) => Some(text.clone()),
+                        _ => None,
+                    };
+                }
+                Some(Ok(_)) | None => {}
+                Some(Err(err)) => identity_refusal(&mut identity.refused, "ROLE", &err),
+            }
+            for loaded in answers {
+                if let Err(err) = loaded {
+                    tracing::debug!(node = %name, error = %err, "SCRIPT LOAD refused: scripts load on first use");
+                }
+            }
+            Ok(identity)
         }
     }
 
@@ -427,4 +463,13 @@ impl Node {
 /// The error for a reply the protocol does not allow.
 fn unexpected(node: Arc<str>, reply: &Value) -> NodeError {
     NodeError::new(node, NodeErrorKind::UnexpectedReply(format!("{reply:?}")))
+}
+
+/// Notes a first-contact command the node refused, with its reply.
+fn identity_refusal(refused: &mut Vec<String>, command: &str, err: &RedisError) {
+    let reply = match (err.code(), err.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => err.to_string(),
+    };
+    refused.push(format!("{command}: {reply}"));
 }

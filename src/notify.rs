@@ -12,15 +12,13 @@
 //! listener goes away.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
 use redis::Client;
 use tokio::sync::{mpsc, watch};
 
-/// How long a node's pub/sub connection may take to open.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// The pause before reopening a pub/sub connection that failed.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 
@@ -38,9 +36,12 @@ struct Wanted {
 /// The listeners of one client.
 pub(crate) struct Notifications {
     clients: Vec<Client>,
+    /// How long a node's pub/sub connection may take to open.
+    connect_timeout: Duration,
     wanted: Arc<Mutex<HashMap<Arc<[u8]>, Wanted>>>,
-    /// One background task per node, started on first use.
-    tasks: Vec<OnceLock<mpsc::UnboundedSender<Change>>>,
+    /// One background task per node, started on first use, and again when
+    /// the last one ended (its runtime shut down).
+    tasks: Vec<Mutex<Option<mpsc::UnboundedSender<Change>>>>,
 }
 
 impl std::fmt::Debug for Notifications {
@@ -59,10 +60,11 @@ pub(crate) struct Listening {
 }
 
 impl Notifications {
-    pub(crate) fn new(clients: Vec<Client>) -> Self {
-        let tasks = clients.iter().map(|_| OnceLock::new()).collect();
+    pub(crate) fn new(clients: Vec<Client>, connect_timeout: Duration) -> Self {
+        let tasks = clients.iter().map(|_| Mutex::default()).collect();
         Notifications {
             clients,
+            connect_timeout,
             wanted: Arc::default(),
             tasks,
         }
@@ -97,23 +99,28 @@ impl Notifications {
         }
     }
 
-    /// Sends a change to every node's task, starting the tasks on first use.
+    /// Sends a change to every node's task, starting a task where there is
+    /// none or it ended (a new task subscribes to every wanted key itself).
     fn send(&self, change: impl Fn() -> Change) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         for (client, task) in self.clients.iter().zip(&self.tasks) {
-            let sender = task.get_or_init(|| {
-                let (sender, receiver) = mpsc::unbounded_channel();
-                runtime.spawn(listen_to_node(
-                    client.clone(),
-                    self.wanted.clone(),
-                    receiver,
-                ));
-                sender
-            });
-            // A task that ended (the client is being dropped) needs nothing.
-            let _ = sender.send(change());
+            let mut task = task.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if let Some(sender) = task.as_ref()
+                && sender.send(change()).is_ok()
+            {
+                continue;
+            }
+            // The task is gone with the runtime that ran it, or never started.
+            let (sender, receiver) = mpsc::unbounded_channel();
+            runtime.spawn(listen_to_node(
+                client.clone(),
+                self.connect_timeout,
+                self.wanted.clone(),
+                receiver,
+            ));
+            *task = Some(sender);
         }
     }
 }
@@ -164,6 +171,7 @@ impl Drop for Listening {
 /// wanted key) when it breaks. Ends when its client is dropped.
 async fn listen_to_node(
     client: Client,
+    connect_timeout: Duration,
     wanted: Arc<Mutex<HashMap<Arc<[u8]>, Wanted>>>,
     mut changes: mpsc::UnboundedReceiver<Change>,
 ) {
@@ -176,7 +184,7 @@ async fn listen_to_node(
             .collect()
     };
     loop {
-        let pubsub = match tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub()).await {
+        let pubsub = match tokio::time::timeout(connect_timeout, client.get_async_pubsub()).await {
             Ok(Ok(pubsub)) => pubsub,
             _ => {
                 // Drain changes meanwhile; the wanted set is re-read on connect.

@@ -9,7 +9,7 @@ use redis::Client;
 use tracing::Instrument;
 
 use crate::builder::{Config, RedlockBuilder};
-use crate::contact::FirstContact;
+use crate::contact::{FirstContact, NotReady};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::node::Node;
@@ -113,9 +113,11 @@ impl Redlock {
     }
 
     pub(crate) fn from_parts(nodes: Vec<Node>, config: Config) -> Self {
-        let contact = Arc::new(FirstContact::new(nodes.len()));
+        let scripts = crate::scripts::for_client(config.fencing_counter_key.is_some());
+        let contact = Arc::new(FirstContact::new(nodes.len(), scripts));
         let notifications = Arc::new(Notifications::new(
             nodes.iter().map(|node| node.client().clone()).collect(),
+            config.connect_timeout,
         ));
         Redlock {
             inner: Arc::new(Inner {
@@ -298,7 +300,7 @@ impl Inner {
     /// script, which also returns the node's incremented counter); decided
     /// early. Grants of nodes not yet checked at first contact do not count.
     pub(crate) async fn acquire_round(&self, key: &Arc<[u8]>, token: &Arc<str>, ttl: Ttl) -> Round {
-        let counted = self.contact.counted();
+        let counted = self.contact.counted(&self.nodes);
         let mut round = match &self.config.fencing_counter_key {
             None => Round::start(
                 self.nodes
@@ -321,7 +323,7 @@ impl Inner {
             .nodes
             .iter()
             .map(|node| node.extend(key.clone(), token.clone(), ttl.millis));
-        let mut round = Round::start(calls).counting(self.contact.counted());
+        let mut round = Round::start(calls).counting(self.contact.counted(&self.nodes));
         round.collect(Until::Decided).await;
         round
     }
@@ -378,8 +380,22 @@ impl Inner {
         let key = self.key_for(resource)?;
         let ttl = self.check_ttl(ttl)?;
         Error::ensure_runtime()?;
-        if let Some(reason) = self.contact.ensure(&self.nodes).await {
-            return Err(Error::Misconfigured { reason });
+        match self.contact.ensure(&self.nodes, deadline).await {
+            Ok(()) => {}
+            Err(NotReady::Misconfigured(reason)) => return Err(Error::Misconfigured { reason }),
+            // No round may start after the deadline.
+            Err(NotReady::DeadlinePassed(mut unchecked)) => {
+                let mut votes = Votes::new(self.nodes.len());
+                for _ in &unchecked {
+                    votes.record(None);
+                }
+                return Err(Error::Unavailable {
+                    resource: show_resource(resource),
+                    votes,
+                    attempts: 0,
+                    source: unchecked.pop(),
+                });
+            }
         }
         let span = tracing::debug_span!("quorlock.lock", resource = %show_resource(resource), ttl_ms = ttl.millis);
         async move {
@@ -529,7 +545,7 @@ impl Inner {
                 }
             }
         });
-        let mut round = Round::start(calls).counting(self.contact.counted());
+        let mut round = Round::start(calls).counting(self.contact.counted(&self.nodes));
         round.collect(Until::Decided).await;
         let elapsed = start.elapsed();
         tracing::debug!(

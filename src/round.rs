@@ -73,8 +73,9 @@ pub(crate) struct Round {
     /// The last error a node answered with, if any.
     pub(crate) last_error: Option<NodeError>,
     pending: FuturesUnordered<Call>,
-    /// Nodes whose grants count toward the quorum; `None`: all.
-    counted: Option<Vec<bool>>,
+    /// Nodes whose grants count toward the quorum (`Ok`), and for the others
+    /// why not; `None`: all count.
+    counted: Option<Vec<Result<(), NodeError>>>,
 }
 
 impl Round {
@@ -102,10 +103,10 @@ impl Round {
         }
     }
 
-    /// Counts grants only from the nodes marked `true` (`None`: all). A grant
-    /// from another node is a failed vote, though its answer stays `Granted`
-    /// so that a release reaches it.
-    pub(crate) fn counting(mut self, counted: Option<Vec<bool>>) -> Round {
+    /// Counts grants only from the nodes marked `Ok` (`None`: all). A grant
+    /// from another node is a failed vote with its error, though its answer
+    /// stays `Granted` so that a release reaches it.
+    pub(crate) fn counting(mut self, counted: Option<Vec<Result<(), NodeError>>>) -> Round {
         self.counted = counted;
         self
     }
@@ -123,8 +124,13 @@ impl Round {
     fn record(&mut self, index: usize, answer: Result<Reply, NodeError>) {
         match answer {
             Ok(Reply::Granted(counter)) => {
-                let counts = self.counted.as_ref().is_none_or(|counted| counted[index]);
-                self.votes.record(if counts { Some(true) } else { None });
+                match self.counted.as_ref().map(|counted| &counted[index]) {
+                    None | Some(Ok(())) => self.votes.record(Some(true)),
+                    Some(Err(not_counted)) => {
+                        self.votes.record(None);
+                        self.last_error = Some(not_counted.clone());
+                    }
+                }
                 self.answers[index] = Answer::Granted;
                 self.counters[index] = counter;
             }
@@ -146,7 +152,11 @@ impl Round {
         self.counters
             .iter()
             .enumerate()
-            .filter(|(index, _)| self.counted.as_ref().is_none_or(|counted| counted[*index]))
+            .filter(|(index, _)| {
+                self.counted
+                    .as_ref()
+                    .is_none_or(|counted| counted[*index].is_ok())
+            })
             .filter_map(|(_, counter)| *counter)
             .max()
     }
