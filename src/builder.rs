@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use redis::{Client, ConnectionAddr};
 
+use crate::background::Background;
 use crate::error::{Error, Result};
 use crate::node::Node;
 use crate::quorum;
@@ -344,9 +345,17 @@ impl RedlockBuilder {
                 });
             }
         }
+        let background = Background::default();
         let nodes: Vec<Node> = clients
             .into_iter()
-            .map(|client| Node::new(client, config.node_timeout, config.connect_timeout))
+            .map(|client| {
+                Node::new(
+                    client,
+                    config.node_timeout,
+                    config.connect_timeout,
+                    background.clone(),
+                )
+            })
             .collect();
         if nodes.len().is_multiple_of(2) {
             tracing::warn!(
@@ -355,7 +364,7 @@ impl RedlockBuilder {
                 "an even number of lock nodes tolerates no more failures than one node fewer"
             );
         }
-        Ok(Redlock::from_parts(nodes, config))
+        Ok(Redlock::from_parts(nodes, config, background))
     }
 }
 

@@ -38,7 +38,7 @@ use tracing::Instrument;
 use crate::error::{Error, LostReason, NodeError, Result};
 use crate::quorum::ReleaseOutcome;
 use crate::redlock::{Inner, Ttl, show_resource};
-use crate::round::{Answer, Round, Until};
+use crate::round::{Round, Until};
 use crate::waiting::Turn;
 
 /// How a successful [`LockGuard::unlock`] ended.
@@ -98,47 +98,36 @@ impl fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    /// A guard for a round about to be made; armed, but not yet valid.
-    pub(crate) fn new(
+    /// The guard of a won round that started at `start`, with the waiting
+    /// room's turn and the fencing token. Armed: it releases the keys when
+    /// dropped without `unlock`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn acquired(
         inner: Arc<Inner>,
         key: Arc<[u8]>,
         resource_len: usize,
         token: Arc<str>,
         ttl: Ttl,
+        start: Instant,
+        turn: Option<Turn>,
+        fencing_token: Option<u64>,
     ) -> Self {
-        let now = Instant::now();
-        LockGuard {
+        let mut guard = LockGuard {
             inner,
             key,
             resource_len,
             token,
             ttl,
-            acquired_at: now,
-            valid_until: now,
+            acquired_at: start,
+            valid_until: start,
             extensions: 0,
             lost: false,
             armed: true,
-            turn: None,
-            fencing_token: None,
-        }
-    }
-
-    pub(crate) fn token(&self) -> &Arc<str> {
-        &self.token
-    }
-
-    /// Records a won round that started at `start`, keeping the waiting-room
-    /// turn and the fencing token.
-    pub(crate) fn mark_acquired(
-        &mut self,
-        start: Instant,
-        turn: Option<Turn>,
-        fencing_token: Option<u64>,
-    ) {
-        self.turn = turn;
-        self.fencing_token = fencing_token;
-        self.acquired_at = start;
-        self.set_valid_until(start + (self.ttl.ttl - self.ttl.drift));
+            turn,
+            fencing_token,
+        };
+        guard.set_valid_until(start + (ttl.ttl - ttl.drift));
+        guard
     }
 
     /// Moves the validity, and tells this client's waiting room (other
@@ -148,27 +137,6 @@ impl LockGuard {
         if let Some(turn) = &self.turn {
             turn.hold_until(valid_until);
         }
-    }
-
-    /// Releases a round that did not win. The release goes to every node (a
-    /// SET that timed out may still land), and this returns once the nodes
-    /// that granted have answered the release (each bounded by the per-node
-    /// timeout); the others answer in the background. Disarms the guard.
-    pub(crate) async fn release_failed_round(mut self, answers: &[Answer]) {
-        let awaited = answers
-            .iter()
-            .map(|answer| *answer == Answer::Granted)
-            .collect();
-        self.inner
-            .release_round(
-                &self.key,
-                &self.token,
-                Until::Answered(awaited),
-                None,
-                false,
-            )
-            .await;
-        self.armed = false;
     }
 
     pub(crate) fn shown_resource(&self) -> String {
@@ -497,22 +465,20 @@ impl Drop for LockGuard {
         if !self.armed {
             return;
         }
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                let inner = self.inner.clone();
-                let key = self.key.clone();
-                let token = self.token.clone();
-                let turn = self.turn.take();
-                runtime.spawn(async move {
-                    inner
-                        .release_round(&key, &token, Until::QuorumOrAll, turn, true)
-                        .await;
-                });
-            }
-            Err(_) => tracing::warn!(
+        let inner = self.inner.clone();
+        let key = self.key.clone();
+        let token = self.token.clone();
+        let turn = self.turn.take();
+        let release = async move {
+            inner
+                .release_round(&key, &token, Until::QuorumOrAll, turn, true)
+                .await;
+        };
+        if !self.inner.background.spawn(release) {
+            tracing::warn!(
                 resource = %self.shown_resource(),
                 "lock guard dropped outside a tokio runtime; its keys expire by their ttl"
-            ),
+            );
         }
     }
 }

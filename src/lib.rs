@@ -150,6 +150,7 @@
 //!
 #![warn(missing_docs)]
 
+mod background;
 mod builder;
 mod connection;
 mod contact;

@@ -19,6 +19,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{Client, RedisError, RedisResult, Value};
 
+use crate::background::Background;
 use crate::connection::{self, Link};
 use crate::error::{NodeError, NodeErrorKind};
 use crate::round::Reply;
@@ -128,10 +129,17 @@ pub(crate) struct Node {
     /// Set once the server refused `SET NX GET` (Redis < 7.0).
     legacy_set: Arc<AtomicBool>,
     health: Arc<Health>,
+    /// Where releases that timed out finish.
+    background: Background,
 }
 
 impl Node {
-    pub(crate) fn new(client: Client, timeout: Duration, connect_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        client: Client,
+        timeout: Duration,
+        connect_timeout: Duration,
+        background: Background,
+    ) -> Self {
         let name: Arc<str> = client.get_connection_info().addr().to_string().into();
         Node {
             name,
@@ -141,6 +149,7 @@ impl Node {
             connect_timeout,
             legacy_set: Arc::default(),
             health: Arc::default(),
+            background,
         }
     }
 
@@ -169,6 +178,7 @@ impl Node {
             _ => self.timeout,
         };
         let (link, health) = (self.link.clone(), self.health.clone());
+        let background = self.background.clone();
         async move {
             if skipped {
                 return Err(NodeError::new(name, NodeErrorKind::Unresponsive(timeout)));
@@ -189,10 +199,8 @@ impl Node {
             let answer = if kind == Call::Cleanup {
                 let mut pending = Box::pin(work);
                 let answer = tokio::time::timeout(timeout, &mut pending).await;
-                if answer.is_err()
-                    && let Ok(runtime) = tokio::runtime::Handle::try_current()
-                {
-                    runtime.spawn(tokio::time::timeout(CLEANUP_LINGER, pending));
+                if answer.is_err() {
+                    background.spawn(tokio::time::timeout(CLEANUP_LINGER, pending));
                 }
                 answer
             } else {

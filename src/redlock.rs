@@ -8,6 +8,7 @@ use rand::Rng;
 use redis::Client;
 use tracing::Instrument;
 
+use crate::background::Background;
 use crate::builder::{Config, RedlockBuilder};
 use crate::contact::{FirstContact, NotReady};
 use crate::error::{Error, Result};
@@ -62,6 +63,8 @@ pub(crate) struct Inner {
     contact: Arc<FirstContact>,
     waiting: Arc<WaitingRoom>,
     notifications: Arc<Notifications>,
+    /// Releases and straggling calls that run after their caller moved on.
+    pub(crate) background: Background,
 }
 
 /// A TTL checked against the limits, in whole milliseconds, with its drift allowance.
@@ -112,7 +115,7 @@ impl Redlock {
         RedlockBuilder::from_clients(clients).build()
     }
 
-    pub(crate) fn from_parts(nodes: Vec<Node>, config: Config) -> Self {
+    pub(crate) fn from_parts(nodes: Vec<Node>, config: Config, background: Background) -> Self {
         let scripts = crate::scripts::for_client(config.fencing_counter_key.is_some());
         let contact = Arc::new(FirstContact::new(nodes.len(), scripts));
         let notifications = Arc::new(Notifications::new(
@@ -126,6 +129,7 @@ impl Redlock {
                 contact,
                 waiting: Arc::default(),
                 notifications,
+                background,
             }),
         }
     }
@@ -246,6 +250,28 @@ impl Redlock {
     }
 }
 
+impl Redlock {
+    /// Waits until the work this client does in the background has finished:
+    /// the release of a guard dropped without [`unlock`](LockGuard::unlock),
+    /// the cleanup of a `lock` call dropped mid-round (which releases what
+    /// its round set), a release that timed out and finishes late, and calls
+    /// still under way when a round was decided.
+    ///
+    /// A tokio runtime that shuts down cancels its tasks, and a release cut
+    /// short leaves its key until the TTL, keeping everyone else from the
+    /// lock. Await this before the runtime ends (the end of `main`, of a
+    /// test, of a command-line tool's run). Each task is bounded (by the node
+    /// timeout, and a release that timed out by 10 s more), so this returns;
+    /// bound it yourself if you cannot wait that long.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the background work goes on.
+    pub async fn flush(&self) {
+        self.inner.background.idle().await;
+    }
+}
+
 impl Inner {
     /// Checks a TTL and returns it in whole milliseconds with its drift.
     pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<Ttl> {
@@ -296,24 +322,33 @@ impl Inner {
         Ok(key.into())
     }
 
-    /// `SET NX GET PX` on every node (with fencing on, the fenced acquire
-    /// script, which also returns the node's incremented counter); decided
-    /// early. Grants of nodes not yet checked at first contact do not count.
-    pub(crate) async fn acquire_round(&self, key: &Arc<[u8]>, token: &Arc<str>, ttl: Ttl) -> Round {
-        let counted = self.contact.counted(&self.nodes);
-        let mut round = match &self.config.fencing_counter_key {
+    /// Starts `SET NX GET PX` on every node (with fencing on, the fenced
+    /// acquire script, which also returns the node's incremented counter).
+    /// Grants of nodes not yet checked at first contact do not count.
+    fn start_acquire_round(self: &Arc<Self>, key: &Arc<[u8]>, ttl: Ttl) -> Attempt {
+        let token = new_token();
+        let round = match &self.config.fencing_counter_key {
             None => Round::start(
                 self.nodes
                     .iter()
                     .map(|node| node.acquire(key.clone(), token.clone(), ttl.millis)),
+                &self.background,
             ),
-            Some(counter_key) => Round::start(self.nodes.iter().map(|node| {
-                node.acquire_fenced(key.clone(), counter_key.clone(), token.clone(), ttl.millis)
-            })),
+            Some(counter_key) => Round::start(
+                self.nodes.iter().map(|node| {
+                    node.acquire_fenced(key.clone(), counter_key.clone(), token.clone(), ttl.millis)
+                }),
+                &self.background,
+            ),
         }
-        .counting(counted);
-        round.collect(Until::Decided).await;
-        round
+        .counting(self.contact.counted(&self.nodes));
+        Attempt {
+            inner: self.clone(),
+            key: key.clone(),
+            token,
+            round,
+            settled: false,
+        }
     }
 
     /// The extend script on every node; decided early. As in acquisition,
@@ -323,7 +358,8 @@ impl Inner {
             .nodes
             .iter()
             .map(|node| node.extend(key.clone(), token.clone(), ttl.millis));
-        let mut round = Round::start(calls).counting(self.contact.counted(&self.nodes));
+        let mut round =
+            Round::start(calls, &self.background).counting(self.contact.counted(&self.nodes));
         round.collect(Until::Decided).await;
         round
     }
@@ -351,7 +387,7 @@ impl Inner {
             .nodes
             .iter()
             .map(|node| node.release(key.clone(), token.clone(), announce));
-        let mut round = Round::start(calls);
+        let mut round = Round::start(calls, &self.background);
         {
             let mut collecting = std::pin::pin!(round.collect(until));
             // The first poll sends every request.
@@ -426,45 +462,54 @@ impl Inner {
                 if let Some(listening) = &mut listening {
                     listening.mark_seen();
                 }
-                // The guard exists before the round so that, if this future is
-                // dropped mid-round, its Drop releases whatever the round set.
-                let mut guard =
-                    LockGuard::new(self.clone(), key.clone(), resource.len(), new_token(), ttl);
+                // Dropped mid-round (this future cancelled), `round` finishes
+                // in the background and then releases whatever it set.
                 let start = Instant::now();
-                let mut round = self.acquire_round(&key, guard.token(), ttl).await;
+                let mut round = self.start_acquire_round(&key, ttl);
+                round.round.collect(Until::Decided).await;
                 let elapsed = start.elapsed();
+                let votes = round.round.votes;
                 tracing::debug!(
                     attempt,
-                    granted = round.votes.granted,
-                    refused = round.votes.refused,
-                    failed = round.votes.failed,
-                    quorum = round.votes.quorum,
+                    granted = votes.granted,
+                    refused = votes.refused,
+                    failed = votes.failed,
+                    quorum = votes.quorum,
                     elapsed_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
                     "acquire round"
                 );
                 let validity = quorum::validity(ttl.ttl, elapsed, ttl.drift);
-                let failure = if round.votes.has_quorum() && validity.is_some() {
-                    let highest = round.highest_counter();
+                let failure = if votes.has_quorum() && validity.is_some() {
+                    let highest = round.round.highest_counter();
                     match self
-                        .fence(&key, guard.token(), &round.answers, highest, start, ttl)
+                        .fence(
+                            &key,
+                            &round.token,
+                            &round.round.answers,
+                            highest,
+                            start,
+                            ttl,
+                        )
                         .await
                     {
                         Ok(fencing_token) => {
-                            guard.mark_acquired(start, turn.take(), fencing_token);
-                            return Ok(guard);
+                            return Ok(round.won(
+                                resource.len(),
+                                ttl,
+                                start,
+                                turn.take(),
+                                fencing_token,
+                            ));
                         }
                         Err(failure) => Some(failure),
                     }
                 } else {
                     None
                 };
-                // Every node answers (or times out) before the release, so that
-                // no SET of this round can land after the release reached its node.
-                round.collect(Until::All).await;
-                guard.release_failed_round(&round.answers).await;
+                round.release().await;
                 let failure = match failure {
                     Some(failure) => failure.into_error(resource, attempt),
-                    None => acquire_failure(resource, round, elapsed, attempt),
+                    None => acquire_failure(resource, &mut round.round, elapsed, attempt),
                 };
                 if attempt > retries {
                     return Err(failure);
@@ -545,7 +590,8 @@ impl Inner {
                 }
             }
         });
-        let mut round = Round::start(calls).counting(self.contact.counted(&self.nodes));
+        let mut round =
+            Round::start(calls, &self.background).counting(self.contact.counted(&self.nodes));
         round.collect(Until::Decided).await;
         let elapsed = start.elapsed();
         tracing::debug!(
@@ -584,13 +630,99 @@ struct FenceFailure {
 }
 
 impl FenceFailure {
-    fn into_error(self, resource: &[u8], attempts: u32) -> Error {
-        acquire_failure(resource, self.round, self.elapsed, attempts)
+    fn into_error(mut self, resource: &[u8], attempts: u32) -> Error {
+        acquire_failure(resource, &mut self.round, self.elapsed, attempts)
+    }
+}
+
+/// One acquire round and the token it asked for. Until it is won or
+/// released, dropping it (the `lock` call was cancelled mid-round) leaves a
+/// background task that waits for every node's answer to the round, so that
+/// no `SET` of it can land afterwards, and then releases the key on every
+/// node.
+struct Attempt {
+    inner: Arc<Inner>,
+    key: Arc<[u8]>,
+    token: Arc<str>,
+    round: Round,
+    /// Won (a guard took over the keys) or released.
+    settled: bool,
+}
+
+impl Attempt {
+    /// The lock is ours: a guard takes over releasing the keys.
+    fn won(
+        mut self,
+        resource_len: usize,
+        ttl: Ttl,
+        start: Instant,
+        turn: Option<Turn>,
+        fencing_token: Option<u64>,
+    ) -> LockGuard {
+        self.settled = true;
+        LockGuard::acquired(
+            self.inner.clone(),
+            self.key.clone(),
+            resource_len,
+            self.token.clone(),
+            ttl,
+            start,
+            turn,
+            fencing_token,
+        )
+    }
+
+    /// Releases a round that did not win. Every node answers the round (or
+    /// times out) first, so that no `SET` of it can land after the release
+    /// reached its node. The release goes to every node (a `SET` that timed
+    /// out may still have landed), and this returns once the nodes that
+    /// granted have answered it (each bounded by the per-node timeout); the
+    /// others answer in the background.
+    async fn release(&mut self) {
+        self.round.collect(Until::All).await;
+        let awaited = self
+            .round
+            .answers
+            .iter()
+            .map(|answer| *answer == Answer::Granted)
+            .collect();
+        self.inner
+            .release_round(
+                &self.key,
+                &self.token,
+                Until::Answered(awaited),
+                None,
+                false,
+            )
+            .await;
+        self.settled = true;
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let stragglers = self.round.take_pending();
+        let (inner, key, token) = (self.inner.clone(), self.key.clone(), self.token.clone());
+        let cleanup = async move {
+            stragglers.await;
+            inner
+                .release_round(&key, &token, Until::All, None, false)
+                .await;
+        };
+        if !self.inner.background.spawn(cleanup) {
+            tracing::warn!(
+                resource = %show_resource(&self.key),
+                "lock call dropped outside a tokio runtime; keys its round set expire by their ttl"
+            );
+        }
     }
 }
 
 /// The error for a failed acquire round.
-fn acquire_failure(resource: &[u8], mut round: Round, elapsed: Duration, attempts: u32) -> Error {
+fn acquire_failure(resource: &[u8], round: &mut Round, elapsed: Duration, attempts: u32) -> Error {
     let votes = round.votes;
     let last_error = round.last_error.take();
     let resource = show_resource(resource);

@@ -11,6 +11,7 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 
+use crate::background::Background;
 use crate::error::NodeError;
 use crate::quorum::Votes;
 
@@ -73,14 +74,20 @@ pub(crate) struct Round {
     /// The last error a node answered with, if any.
     pub(crate) last_error: Option<NodeError>,
     pending: FuturesUnordered<Call>,
+    /// Where calls still under way go when the round is dropped.
+    background: Background,
     /// Nodes whose grants count toward the quorum (`Ok`), and for the others
     /// why not; `None`: all count.
     counted: Option<Vec<Result<(), NodeError>>>,
 }
 
 impl Round {
-    /// Starts one call per node (in node order); they run as the round is awaited.
-    pub(crate) fn start<Fut, R>(calls: impl ExactSizeIterator<Item = Fut>) -> Round
+    /// Starts one call per node (in node order); they run as the round is
+    /// awaited, and in `background` after the round is dropped.
+    pub(crate) fn start<Fut, R>(
+        calls: impl ExactSizeIterator<Item = Fut>,
+        background: &Background,
+    ) -> Round
     where
         Fut: Future<Output = Result<R, NodeError>> + Send + 'static,
         R: Into<Reply>,
@@ -99,8 +106,16 @@ impl Round {
             counters: vec![None; nodes],
             last_error: None,
             pending,
+            background: background.clone(),
             counted: None,
         }
+    }
+
+    /// Takes the calls still under way, leaving the round without any (so
+    /// that its drop leaves nothing to the background): for a caller that
+    /// finishes them itself.
+    pub(crate) fn take_pending(&mut self) -> impl Future<Output = ()> + Send + 'static {
+        std::mem::take(&mut self.pending).for_each(|_| async {})
     }
 
     /// Counts grants only from the nodes marked `Ok` (`None`: all). A grant
@@ -190,9 +205,7 @@ impl Drop for Round {
         if self.pending.is_empty() {
             return;
         }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let pending = std::mem::take(&mut self.pending);
-            runtime.spawn(pending.for_each(|_| async {}));
-        }
+        let pending = self.take_pending();
+        self.background.spawn(pending);
     }
 }

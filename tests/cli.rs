@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{RedisServer, servers, urls};
+use support::{DelayProxy, RedisServer, servers, urls};
 
 const EXIT_NOT_ACQUIRED: i32 = 75;
 const EXIT_LOST: i32 = 76;
@@ -403,6 +403,22 @@ fn status_is_unknown_while_a_silent_node_could_make_a_quorum() {
     holder.0.kill().unwrap();
 }
 
+/// Kills, when dropped, every process whose pid a `*.pid` file in the
+/// directory names: what a failing test would otherwise leave running.
+struct KillPids(std::path::PathBuf);
+
+impl Drop for KillPids {
+    fn drop(&mut self) {
+        for entry in std::fs::read_dir(&self.0).into_iter().flatten().flatten() {
+            if entry.path().extension().is_some_and(|ext| ext == "pid")
+                && let Ok(pid) = std::fs::read_to_string(entry.path())
+            {
+                let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+            }
+        }
+    }
+}
+
 /// Kills the child process when dropped, so that a failing test leaves none.
 struct KillOnDrop(std::process::Child);
 
@@ -411,4 +427,373 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// `quorlock run` interrupted while its acquire round is in flight (the `SET`
+/// reached the nodes, their replies had not come back) releases what the
+/// round set before it exits: no key is left to block other runs for its TTL.
+#[test]
+fn interrupted_mid_round_releases_what_the_round_set() {
+    let nodes = servers(3);
+    let proxies: Vec<DelayProxy> = nodes
+        .iter()
+        .map(|node| DelayProxy::start(node.port(), Duration::ZERO))
+        .collect();
+    for proxy in &proxies {
+        proxy.delay_replies(Duration::from_millis(800));
+    }
+    let child = Command::new(env!("CARGO_BIN_EXE_quorlock"))
+        .env(
+            "QUORLOCK_NODES",
+            proxies
+                .iter()
+                .map(DelayProxy::url)
+                .collect::<Vec<_>>()
+                .join(","),
+        )
+        .args([
+            "run",
+            "--resource",
+            "cli:midround",
+            "--ttl",
+            "30s",
+            "--node-timeout",
+            "5s",
+            "--connect-timeout",
+            "5s",
+            "--",
+            "true",
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    let key = b"quorlock:cli:midround";
+    let started = Instant::now();
+    while nodes.iter().any(|node| node.get(key).is_none()) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the SET never reached every node"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &child.0.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = child.0.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + 15), "exits as interrupted");
+    let left: Vec<i64> = nodes.iter().map(|node| node.pttl(key)).collect();
+    assert!(
+        left.iter().all(|&pttl| pttl == -2),
+        "keys left behind for their TTL (ms): {left:?}"
+    );
+}
+
+/// A CMD that ignores SIGTERM and starts a child that ignores it too; both
+/// append a line with a timestamp (ns since the epoch) to `journal` every
+/// 100 ms, and CMD logs each SIGTERM it gets. Pids go to `cmd.pid` and
+/// `child.pid`.
+fn stubborn_cmd(dir: &Path) -> Vec<String> {
+    let script = dir.join("stubborn.sh");
+    std::fs::write(
+        &script,
+        format!(
+            r#"cd {dir}
+trap 'echo "TERM $(date +%s%N)" >> journal' TERM
+echo $$ > cmd.pid.tmp && mv cmd.pid.tmp cmd.pid
+sh -c 'trap "" TERM; echo $$ > child.pid.tmp && mv child.pid.tmp child.pid; while :; do echo "A child $(date +%s%N)" >> journal; sleep 0.1; done' &
+while :; do echo "A cmd $(date +%s%N)" >> journal; sleep 0.1; done
+"#,
+            dir = dir.display()
+        ),
+    )
+    .unwrap();
+    vec!["sh".into(), script.display().to_string()]
+}
+
+/// Nanoseconds since the epoch, as `date +%s%N` prints them.
+fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// The timestamps of the `A` lines (appends by CMD or its child) in `journal`.
+fn appends(journal: &Path) -> Vec<u128> {
+    std::fs::read_to_string(journal)
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| line.starts_with("A "))
+        .filter_map(|line| line.rsplit(' ').next()?.parse().ok())
+        .collect()
+}
+
+/// Waits (at most `limit`) until `path` contains `text`.
+fn wait_for_text(path: &Path, text: &str, limit: Duration) -> bool {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if std::fs::read_to_string(path).is_ok_and(|content| content.contains(text)) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+/// The field report: `--ttl 2s`, a CMD that ignores SIGTERM with a child
+/// that ignores it too, and the lock's key deleted on every node. At its next
+/// extension quorlock finds the lock refused by the quorum: the whole group
+/// is killed at once, so nothing is appended after a second `run` acquires
+/// the lock, no process of the group is left, and quorlock exits 76.
+#[test]
+fn refused_extension_kills_the_whole_group_at_once() {
+    let nodes = servers(3);
+    let dir = scratch("refused");
+    let _cleanup = KillPids(dir.clone());
+    let journal = dir.join("journal");
+    let first = quorlock(&nodes)
+        .args(["run", "--resource", "cli:refused", "--ttl", "2s", "--"])
+        .args(stubborn_cmd(&dir))
+        .stdin(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("first.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut first = KillOnDrop(first);
+    let cmd_pid = wait_for_pid(&dir.join("cmd.pid"));
+    let child_pid = wait_for_pid(&dir.join("child.pid"));
+    for node in &nodes {
+        let _: () = redis::cmd("DEL")
+            .arg("quorlock:cli:refused")
+            .query(&mut node.connection())
+            .unwrap();
+    }
+    assert!(
+        wait_for_text(&dir.join("first.err"), "refused", Duration::from_secs(5)),
+        "quorlock never noticed: {}",
+        std::fs::read_to_string(dir.join("first.err")).unwrap_or_default()
+    );
+    // The second holder starts now, while today's quorlock would still be in
+    // its 5 s grace, and notes when it has the lock.
+    let second = output(
+        quorlock(&nodes)
+            .args(["run", "--resource", "cli:refused", "--wait", "5s", "--"])
+            .args(["sh", "-c", "date +%s%N > acquired"])
+            .current_dir(&dir),
+    );
+    assert_eq!(second.status.code(), Some(0), "{second:?}");
+    let acquired: u128 = std::fs::read_to_string(dir.join("acquired"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let late: Vec<u128> = appends(&journal)
+        .into_iter()
+        .filter(|&at| at >= acquired)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "{} appends after the second holder acquired",
+        late.len()
+    );
+    assert_eq!(first.0.wait().unwrap().code(), Some(EXIT_LOST));
+    assert!(!process_alive(&cmd_pid), "CMD is left running");
+    assert!(!process_alive(&child_pid), "CMD's child is left running");
+}
+
+/// When extensions merely fail (the majority frozen), the group gets SIGTERM
+/// by `valid_until - grace` and SIGKILL by `valid_until`: with `--ttl 2s`
+/// the grace is 1 s, and the last extension was before the freeze, so CMD
+/// hears SIGTERM within 1 s of the freeze and nothing of the group appends
+/// later than 2 s after it.
+#[test]
+fn failing_extensions_term_then_kill_the_group_within_the_validity() {
+    let nodes = servers(3);
+    let dir = scratch("failing");
+    let _cleanup = KillPids(dir.clone());
+    let journal = dir.join("journal");
+    let first = quorlock(&nodes)
+        .args(["run", "--resource", "cli:failing", "--ttl", "2s", "--"])
+        .args(stubborn_cmd(&dir))
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = KillOnDrop(first);
+    let cmd_pid = wait_for_pid(&dir.join("cmd.pid"));
+    let child_pid = wait_for_pid(&dir.join("child.pid"));
+    let frozen_at = now_ns();
+    nodes[0].pause();
+    nodes[1].pause();
+    let code = first.0.wait().unwrap().code();
+    nodes[0].resume();
+    nodes[1].resume();
+    assert_eq!(code, Some(EXIT_LOST));
+    let text = std::fs::read_to_string(&journal).unwrap();
+    let term: u128 = text
+        .lines()
+        .find_map(|line| line.strip_prefix("TERM "))
+        .expect("CMD got SIGTERM")
+        .parse()
+        .unwrap();
+    let slack = 150_000_000; // 150 ms for a loaded machine
+    assert!(
+        term <= frozen_at + 1_000_000_000 + slack,
+        "SIGTERM {} ms after the freeze",
+        (term - frozen_at) / 1_000_000
+    );
+    let last = appends(&journal).into_iter().max().unwrap();
+    assert!(
+        last <= frozen_at + 2_000_000_000 + slack,
+        "the group appended {} ms after the freeze",
+        (last - frozen_at) / 1_000_000
+    );
+    assert!(!process_alive(&cmd_pid) && !process_alive(&child_pid));
+}
+
+/// If quorlock itself is killed (SIGKILL: nothing of it runs), CMD's group
+/// does not outlive it: its watchdog kills the group.
+#[test]
+fn group_dies_with_quorlock() {
+    let nodes = servers(1);
+    let dir = scratch("dies");
+    let _cleanup = KillPids(dir.clone());
+    let first = quorlock(&nodes)
+        .args(["run", "--resource", "cli:dies", "--ttl", "10s", "--"])
+        .args(stubborn_cmd(&dir))
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = KillOnDrop(first);
+    let cmd_pid = wait_for_pid(&dir.join("cmd.pid"));
+    let child_pid = wait_for_pid(&dir.join("child.pid"));
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+    let started = Instant::now();
+    while process_alive(&cmd_pid) || process_alive(&child_pid) {
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "CMD (alive: {}) or its child (alive: {}) outlived quorlock",
+            process_alive(&cmd_pid),
+            process_alive(&child_pid)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// When CMD exits but left a process of its group running (a background job
+/// that ignores SIGTERM), that process is killed before the lock is released.
+#[test]
+fn leftovers_of_the_group_are_killed_before_the_release() {
+    let nodes = servers(1);
+    let dir = scratch("leftover");
+    let _cleanup = KillPids(dir.clone());
+    // No pipes: the job left running would hold them open.
+    let status = quorlock(&nodes)
+        .args([
+            "run",
+            "--resource",
+            "cli:leftover",
+            "--grace",
+            "300ms",
+            "--",
+        ])
+        .args([
+            "sh",
+            "-c",
+            "sh -c 'trap \"\" TERM; while :; do sleep 0.1; done' & echo $! > left.pid; exit 3",
+        ])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(3), "CMD's own code");
+    let left = wait_for_pid(&dir.join("left.pid"));
+    assert!(
+        !process_alive(&left),
+        "the background job outlived the lock"
+    );
+    let status = output(quorlock(&nodes).args(["status", "--resource", "cli:leftover"]));
+    assert_eq!(status.status.code(), Some(1), "released");
+}
+
+/// In a terminal, CMD's group is the foreground group: an interactive CMD can
+/// read the terminal (a background group would be stopped by SIGTTIN).
+#[test]
+fn interactive_cmd_reads_the_terminal() {
+    let nodes = servers(1);
+    let command = format!(
+        "{} run --resource cli:tty -- sh -c 'read line; echo got:$line'",
+        env!("CARGO_BIN_EXE_quorlock")
+    );
+    let mut script = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env("QUORLOCK_NODES", urls(&nodes).join(","))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run script(1) from util-linux");
+    std::thread::sleep(Duration::from_millis(500));
+    use std::io::Write as _;
+    script
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(b"hello\n")
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        if script.try_wait().unwrap().is_some() {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = script.kill();
+            panic!("CMD never finished: stopped reading the terminal?");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = script.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("got:hello"), "{text}");
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// The field report's command over links of about 30 ms round trip, with
+/// default options: `quorlock run --resource r -- true` gets the lock (it
+/// used to exit 75 every time, "3 failed of 3 nodes", in 55 ms).
+#[test]
+fn run_over_a_30_ms_link_with_defaults() {
+    let nodes = servers(3);
+    let proxies: Vec<DelayProxy> = nodes
+        .iter()
+        .map(|node| DelayProxy::start(node.port(), Duration::from_millis(15)))
+        .collect();
+    let out = output(
+        Command::new(env!("CARGO_BIN_EXE_quorlock"))
+            .env(
+                "QUORLOCK_NODES",
+                proxies
+                    .iter()
+                    .map(DelayProxy::url)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            )
+            .args(["run", "--resource", "cli:slow-link", "--", "true"]),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

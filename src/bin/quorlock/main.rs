@@ -1,12 +1,35 @@
 //! `quorlock`: run a command while holding a distributed lock (a `flock` that
 //! spans machines), or show who holds one.
+//!
+//! ## The kill schedule
+//!
+//! CMD may work only while the lock is valid. `quorlock run` extends the lock
+//! itself and enforces, with `grace` = `min(--grace, ttl / 2)`:
+//!
+//! - an extension is made when `grace + ttl / 4` of validity is left, and
+//!   retried (every `max(ttl / 20, node timeout)`) while it fails for lack
+//!   of answers;
+//! - **the quorum refuses an extension**, or it comes too late: the lock is
+//!   gone, and CMD's whole process group gets SIGKILL at once;
+//! - **extensions keep failing**: SIGTERM to the group at `valid_until -
+//!   grace`, SIGKILL at `valid_until` (also when `--max-hold` stops the
+//!   extensions);
+//! - **CMD exits**: what is left of its group gets SIGTERM, then SIGKILL
+//!   after the grace (at `valid_until` at the latest), before the lock is
+//!   released;
+//! - **quorlock dies**: its watchdog kills the group (see `group.rs`).
+//!
+//! Before exiting, `quorlock` waits (bounded) for the releases it runs in the
+//! background, such as the cleanup of an acquire round cut short by a signal.
+
+mod group;
 
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
-use quorlock::{Error, Redlock};
-use tokio::process::{Child, Command};
+use group::Group;
+use quorlock::{LockGuard, LostReason, Redlock};
 use tokio::signal::unix::{SignalKind, signal};
 
 /// The lock could not be acquired (held elsewhere, nodes unavailable, or `--wait` ran out).
@@ -24,15 +47,21 @@ const EXIT_CODES: &str = "\
 Exit codes of `run`:
   CMD's own code   CMD ran and exited (128+N if killed by signal N)
   75               the lock could not be acquired (held elsewhere, nodes down, --wait ran out)
-  76               the lock was lost while CMD ran: CMD got SIGTERM, then SIGKILL after --grace
+  76               the lock was lost, or could not be kept, while CMD ran; CMD was terminated
   126 / 127        CMD could not be executed / was not found
   2                bad arguments
 Exit codes of `status`: 0 held by a quorum, 1 free (no quorum can hold it), 75 unknown (the
 nodes that did not answer could make a quorum with a holder).
 
-Signals: SIGINT, SIGTERM and SIGHUP sent to quorlock are forwarded to CMD, and the lock
-is released when CMD exits. Ctrl-C in a terminal reaches CMD directly as well (same
-process group), so CMD may see SIGINT twice.";
+CMD runs in a process group of its own. If the quorum refuses an extension (the lock is
+gone), the group gets SIGKILL at once; if extensions keep failing, SIGTERM at
+valid_until - grace and SIGKILL at valid_until, where grace = min(--grace, ttl/2). When
+CMD exits, what is left of its group is terminated before the lock is released; if
+quorlock dies, a watchdog kills the group.
+
+Signals: SIGINT, SIGTERM and SIGHUP sent to quorlock are forwarded to CMD's group, and
+the lock is released when CMD exits. In a terminal, CMD's group is the foreground group:
+Ctrl-C reaches CMD once, and CMD can read the terminal.";
 
 #[derive(Parser, Debug)]
 #[command(name = "quorlock", version, about, after_help = EXIT_CODES)]
@@ -62,9 +91,12 @@ struct NodeArgs {
         required = true
     )]
     nodes: Vec<String>,
-    /// Bound on each call to one node.
+    /// Bound on each call to one node once connected.
     #[arg(long, value_name = "DURATION", default_value = "50ms", value_parser = parse_duration)]
     node_timeout: Duration,
+    /// Bound on connecting to one node and checking it (first contact).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    connect_timeout: Duration,
     /// Prefix put before RESOURCE to form the Redis key.
     #[arg(long, value_name = "PREFIX", default_value = quorlock::DEFAULT_KEY_PREFIX)]
     key_prefix: String,
@@ -83,7 +115,7 @@ struct RunArgs {
     /// How long to wait for the lock; 0 makes one attempt.
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
     wait: Duration,
-    /// After the lock is lost: time between SIGTERM and SIGKILL to CMD.
+    /// Time between SIGTERM and SIGKILL to CMD's group when the lock cannot be kept (capped at ttl/2).
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     grace: Duration,
     /// The longest CMD may hold the lock (extension stops then).
@@ -128,6 +160,12 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 fn main() -> ExitCode {
+    let mut args = std::env::args();
+    if let (Some(_), Some(first), Some(pgid)) = (args.next(), args.next(), args.next())
+        && first == group::WATCHDOG_ARG
+    {
+        return group::watch(&pgid);
+    }
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -154,6 +192,7 @@ fn client(
 ) -> Result<Redlock, ExitCode> {
     let builder = Redlock::builder(&nodes.nodes)
         .node_timeout(nodes.node_timeout)
+        .connect_timeout(nodes.connect_timeout)
         .key_prefix(&nodes.key_prefix);
     configure(builder).build().map_err(|err| {
         eprintln!("quorlock: {err}\n\nFor more information, try '--help'.");
@@ -210,16 +249,6 @@ impl Forwarded {
     }
 }
 
-fn send_signal(child: &Child, signal: i32) {
-    if let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) {
-        // SAFETY: kill(2) has no memory effects; the pid is our own child's,
-        // which we have not reaped yet (`id()` is None once it was reaped).
-        unsafe {
-            libc::kill(pid, signal);
-        }
-    }
-}
-
 fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
@@ -232,7 +261,8 @@ fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
 async fn run(args: RunArgs) -> ExitCode {
     let wait = args.wait;
     let redlock = match client(&args.nodes, |builder| {
-        let builder = builder.max_hold(args.max_hold);
+        // quorlock extends the lock itself (see the kill schedule).
+        let builder = builder.auto_extend(false);
         if wait.is_zero() {
             builder.retry_count(0)
         } else {
@@ -252,8 +282,22 @@ async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let code = lock_and_run(&redlock, &args, &mut signals).await;
+    // Releases still running in the background (an acquire round cut short
+    // by a signal, a release that timed out) finish before the runtime ends,
+    // or their keys would block every other run until their TTL.
+    let bound = args.nodes.connect_timeout + args.nodes.node_timeout * 3;
+    if tokio::time::timeout(bound, redlock.flush()).await.is_err() {
+        eprintln!(
+            "quorlock: releases still unanswered after {bound:?}; their keys expire by their ttl"
+        );
+    }
+    code
+}
 
-    // Acquire; a signal while waiting gives up at once (nothing started yet).
+async fn lock_and_run(redlock: &Redlock, args: &RunArgs, signals: &mut Forwarded) -> ExitCode {
+    // Acquire; a signal while waiting gives up at once (nothing started yet;
+    // what the round in flight set is released in the background).
     let acquired = tokio::select! {
         acquired = redlock.lock(&args.resource, args.ttl) => acquired,
         signal = signals.next() => {
@@ -273,11 +317,9 @@ async fn run(args: RunArgs) -> ExitCode {
         }
     };
 
-    let mut child = match Command::new(&args.command[0])
-        .args(&args.command[1..])
-        .spawn()
-    {
-        Ok(child) => child,
+    group::become_subreaper();
+    let mut group = match Group::spawn(&args.command) {
+        Ok(group) => group,
         Err(err) => {
             eprintln!("quorlock: cannot run {:?}: {err}", args.command[0]);
             let _ = guard.unlock().await;
@@ -288,51 +330,126 @@ async fn run(args: RunArgs) -> ExitCode {
         }
     };
 
-    // Wait for CMD under the lock, forwarding signals meanwhile.
-    let outcome = guard
-        .run(async {
-            loop {
-                tokio::select! {
-                    status = child.wait() => break status,
-                    signal = signals.next() => send_signal(&child, signal),
-                }
-            }
-        })
-        .await;
-
-    match outcome {
-        Ok(Ok(status)) => {
-            if let Err(err) = guard.unlock().await {
-                eprintln!("quorlock: {err}");
-            }
-            exit_code_of(status)
-        }
-        Ok(Err(err)) => {
+    let ended = supervise(&mut guard, &mut group, args, signals).await;
+    let code = match ended {
+        Ended::Exited(status) => exit_code_of(status),
+        Ended::WaitFailed(err) => {
             eprintln!("quorlock: waiting for {:?} failed: {err}", args.command[0]);
-            send_signal(&child, libc::SIGKILL);
-            let _ = child.wait().await;
-            let _ = guard.unlock().await;
+            group.kill();
             ExitCode::FAILURE
         }
-        Err(err) => {
-            eprintln!("quorlock: {err}; terminating {:?}", args.command[0]);
-            terminate(&mut child, args.grace).await;
-            let _ = guard.unlock().await;
-            match err {
-                Error::LockLost { .. } => ExitCode::from(EXIT_LOST),
-                _ => ExitCode::FAILURE,
-            }
+        Ended::Lost(why) => {
+            eprintln!("quorlock: {why}; {:?} was terminated", args.command[0]);
+            ExitCode::from(EXIT_LOST)
         }
+    };
+    // Nothing of CMD's group may run on once the lock is released.
+    let grace = effective_grace(args.grace, guard.ttl());
+    if group.finish(grace, guard.valid_until()).await {
+        eprintln!(
+            "quorlock: terminated what was left of {:?}'s process group",
+            args.command[0]
+        );
     }
+    group.release();
+    if let Err(err) = guard.unlock().await {
+        eprintln!("quorlock: {err}");
+    }
+    code
 }
 
-/// SIGTERM, then SIGKILL if CMD is still running after `grace`.
-async fn terminate(child: &mut Child, grace: Duration) {
-    send_signal(child, libc::SIGTERM);
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        eprintln!("quorlock: still running after {grace:?}; sending SIGKILL");
-        send_signal(child, libc::SIGKILL);
-        let _ = child.wait().await;
+/// How a supervised CMD ended.
+enum Ended {
+    /// CMD exited by itself, or after a forwarded signal.
+    Exited(std::process::ExitStatus),
+    /// The lock was lost or could not be kept; CMD's group was killed.
+    Lost(String),
+    /// Waiting for CMD failed; it is still running.
+    WaitFailed(std::io::Error),
+}
+
+/// The grace between SIGTERM and SIGKILL: `--grace`, but at most half the TTL.
+fn effective_grace(grace: Duration, ttl: Duration) -> Duration {
+    grace.min(ttl / 2)
+}
+
+/// Runs the kill schedule (see the crate docs) until CMD exits or the lock
+/// is gone, forwarding signals to CMD's group meanwhile.
+async fn supervise(
+    guard: &mut LockGuard,
+    group: &mut Group,
+    args: &RunArgs,
+    signals: &mut Forwarded,
+) -> Ended {
+    let ttl = guard.ttl();
+    let grace = effective_grace(args.grace, ttl);
+    let lead = grace + ttl / 4;
+    let retry_pause = (ttl / 20).max(args.nodes.node_timeout);
+    let mut retry_at: Option<Instant> = None;
+    let mut last_failure: Option<String> = None;
+    let mut terminated = false;
+    loop {
+        let valid_until = guard.valid_until();
+        let term_at = valid_until.checked_sub(grace).unwrap_or(valid_until);
+        let renew_at =
+            retry_at.unwrap_or_else(|| valid_until.checked_sub(lead).unwrap_or(valid_until));
+        let may_extend =
+            renew_at.saturating_duration_since(guard.acquired_at()) + ttl <= args.max_hold;
+        let why = |limit: &str, failure: &Option<String>| match failure {
+            Some(failure) => format!("{failure}; {limit}"),
+            None if may_extend => limit.to_owned(),
+            None => format!("--max-hold reached; {limit}"),
+        };
+        tokio::select! {
+            biased;
+            _ = tokio::time::sleep_until(valid_until.into()) => {
+                group.kill();
+                return Ended::Lost(why("the lock's validity ended (SIGKILL)", &last_failure));
+            }
+            _ = tokio::time::sleep_until(term_at.into()), if !terminated => {
+                terminated = true;
+                eprintln!("quorlock: {}", why("the lock is not extended: SIGTERM to CMD's group, SIGKILL at the end of its validity", &last_failure));
+                group.signal(libc::SIGTERM);
+            }
+            status = group.child.wait() => {
+                return match status {
+                    Ok(_) if terminated => Ended::Lost(why("CMD exited after SIGTERM", &last_failure)),
+                    Ok(status) => Ended::Exited(status),
+                    Err(err) => Ended::WaitFailed(err),
+                };
+            }
+            signal = signals.next() => group.signal(signal),
+            _ = tokio::time::sleep_until(renew_at.into()), if may_extend => {
+                let extended = tokio::select! {
+                    biased;
+                    _ = tokio::time::sleep_until(valid_until.into()) => None,
+                    extended = guard.extend(ttl) => Some(extended),
+                };
+                match extended {
+                    None => continue, // the validity ended first: the branch above acts
+                    Some(Ok(())) => {
+                        retry_at = None;
+                        last_failure = None;
+                        if terminated {
+                            // Too late to take the SIGTERM back; CMD decides.
+                            eprintln!("quorlock: the lock is extended again");
+                        }
+                    }
+                    Some(Err(err)) => match err.lost_reason() {
+                        Some(LostReason::Unreachable { .. }) | None => {
+                            retry_at = Some(Instant::now() + retry_pause);
+                            last_failure = Some(err.to_string());
+                        }
+                        // Refused by the quorum, or too late: another client
+                        // may hold the lock now.
+                        Some(_) => {
+                            group.kill();
+                            return Ended::Lost(format!("{err} (SIGKILL at once)"));
+                        }
+                    },
+                }
+            }
+        }
     }
 }
 

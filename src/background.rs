@@ -1,0 +1,100 @@
+//! The client's background work: releases of dropped guards and of `lock`
+//! calls dropped mid-round, releases that timed out and finish late, and the
+//! calls of a round still under way when the round was decided. Each such
+//! task is counted while it runs, so that [`Redlock::flush`] can wait for
+//! them before a runtime shuts down (a runtime that is dropped cancels its
+//! tasks, and a cancelled release leaves its key until the TTL).
+//!
+//! [`Redlock::flush`]: crate::Redlock::flush
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::Notify;
+
+/// Counts a client's background tasks. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Background {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    running: AtomicUsize,
+    idle: Notify,
+}
+
+/// Held by a running task; its drop (the task's end, however it ends) counts
+/// the task out.
+struct Running(Arc<Shared>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+impl Background {
+    /// Runs `task` on the current runtime, counted until it ends. Returns
+    /// `false` (and drops the task) outside a runtime.
+    pub(crate) fn spawn<F>(&self, task: F) -> bool
+    where
+        F: Future + Send + 'static,
+    {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        self.shared.running.fetch_add(1, Ordering::AcqRel);
+        let running = Running(self.shared.clone());
+        runtime.spawn(async move {
+            let _running = running;
+            task.await;
+        });
+        true
+    }
+
+    /// Waits until no counted task runs. Cancel safe.
+    pub(crate) async fn idle(&self) {
+        loop {
+            let idle = self.shared.idle.notified();
+            let mut idle = std::pin::pin!(idle);
+            idle.as_mut().enable();
+            if self.shared.running.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn idle_waits_for_every_task() {
+        let background = Background::default();
+        background.idle().await;
+        let done = Arc::new(AtomicUsize::new(0));
+        for millis in [10, 30, 50] {
+            let done = done.clone();
+            assert!(background.spawn(async move {
+                tokio::time::sleep(Duration::from_millis(millis)).await;
+                done.fetch_add(1, Ordering::SeqCst);
+            }));
+        }
+        background.idle().await;
+        assert_eq!(done.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn outside_a_runtime_nothing_is_spawned() {
+        let background = Background::default();
+        assert!(!background.spawn(async {}));
+        assert_eq!(background.shared.running.load(Ordering::SeqCst), 0);
+    }
+}
