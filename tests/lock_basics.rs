@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use quorlock::{Error, LostReason, Unlocked};
-use support::{builder, command_calls, eventually, holders, reset_stats, servers};
+use support::{DelayProxy, builder, command_calls, eventually, holders, reset_stats, servers};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -346,4 +346,54 @@ async fn acquire_timeout_spent_waiting_for_a_turn_starts_no_round() {
         "no round after the deadline, but the nodes got {calls:?}"
     );
     guard.unlock().await.unwrap();
+}
+
+/// A `lock` call dropped while its round is in flight (the `SET`s reached the
+/// nodes, their replies had not come back) leaves no key behind: the round is
+/// finished in the background and then released on every node, and
+/// `Redlock::flush` waits for that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_dropped_mid_round_releases_what_its_round_set() {
+    let nodes = servers(3);
+    let proxies: Vec<DelayProxy> = nodes
+        .iter()
+        .map(|node| DelayProxy::start(node.port(), Duration::ZERO))
+        .collect();
+    let redlock = quorlock::Redlock::builder(proxies.iter().map(DelayProxy::url))
+        .node_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    redlock
+        .lock("basics:cancelled", TTL)
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    for proxy in &proxies {
+        proxy.delay_replies(Duration::from_millis(500));
+    }
+    let key = redlock.key("basics:cancelled").unwrap();
+    {
+        let lock = redlock.lock("basics:cancelled", TTL);
+        let mut lock = std::pin::pin!(lock);
+        let landed = async {
+            while holders(&nodes, &key).iter().any(Option::is_none) {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        };
+        tokio::select! {
+            _ = &mut lock => panic!("the round should still wait for its replies"),
+            _ = landed => {}
+        }
+        // Dropped here, mid-round.
+    }
+    tokio::time::timeout(Duration::from_secs(10), redlock.flush())
+        .await
+        .expect("the cleanup finishes");
+    assert!(
+        holders(&nodes, &key).iter().all(Option::is_none),
+        "keys left behind: {:?}",
+        nodes.iter().map(|node| node.pttl(&key)).collect::<Vec<_>>()
+    );
 }
