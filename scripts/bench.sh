@@ -11,7 +11,7 @@ ensure_redis_server
 redis_setup
 
 echo "== building the benchmark (release)"
-cargo build --release --quiet --example bench
+bench=$(example_binary bench)
 pin_servers=() pin_bench=()
 if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
     pin_servers=(taskset -c 1) pin_bench=(taskset -c 0)
@@ -20,4 +20,4 @@ fi
 urls=()
 for _ in 1 2 3 4 5; do urls+=("$("${pin_servers[@]}" bash -c 'source scripts/redis.sh; REDIS_TMP="$1"; redis_start' _ "$REDIS_TMP")"); done
 echo "== nodes: ${urls[*]}"
-BENCH_REDIS_DIR="$REDIS_TMP" "${pin_bench[@]}" ./target/release/examples/bench "$@" "${urls[@]}"
+BENCH_REDIS_DIR="$REDIS_TMP" "${pin_bench[@]}" "$bench" "$@" "${urls[@]}"

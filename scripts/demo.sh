@@ -12,9 +12,9 @@ ensure_redis_server
 redis_setup
 
 echo "== building the demo (release)"
-cargo build --release --quiet --example inventory
+inventory=$(example_binary inventory)
 database=$(redis_start)
 nodes=()
 for _ in 1 2 3 4 5; do nodes+=("$(redis_start)"); done
 echo "== stock database: $database; lock nodes: ${nodes[*]}"
-./target/release/examples/inventory --workers "${1:-8}" "$database" "${nodes[@]}"
+"$inventory" --workers "${1:-8}" "$database" "${nodes[@]}"

@@ -1,6 +1,7 @@
 # Shared shell helpers: install redis-server when missing, start throw-away
-# servers on free loopback ports, and stop every one of them. Source it, then
-# call `redis_setup` once (it sets a trap that stops what was started).
+# servers on free loopback ports, and stop every one of them; build an example
+# and print where cargo put it. Source it, then call `redis_setup` once (it
+# sets a trap that stops what was started).
 
 # Installs redis-server (and redis-cli) with apt-get when missing.
 ensure_redis_server() {
@@ -78,4 +79,23 @@ redis_stop_all() {
         kill -KILL "$pid" 2>/dev/null
     done
     rm -rf "$REDIS_TMP"
+}
+
+# Builds example $1 in release mode and prints the path of its binary, as
+# cargo reports it (so CARGO_TARGET_DIR and build.target-dir are honoured).
+example_binary() {
+    local line exe=""
+    while IFS= read -r line; do
+        case "$line" in
+            *'"reason":"compiler-artifact"'*'"executable":"'*)
+                exe=${line##*\"executable\":\"}
+                exe=${exe%%\"*}
+                ;;
+        esac
+    done < <(cargo build --release --quiet --example "$1" --message-format=json)
+    if [ -z "$exe" ] || [ ! -x "$exe" ]; then
+        echo "cargo did not report a binary for example $1" >&2
+        return 1
+    fi
+    echo "$exe"
 }
