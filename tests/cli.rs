@@ -413,7 +413,10 @@ impl Drop for KillPids {
             if entry.path().extension().is_some_and(|ext| ext == "pid")
                 && let Ok(pid) = std::fs::read_to_string(entry.path())
             {
-                let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+                let _ = Command::new("kill")
+                    .args(["-KILL", pid.trim()])
+                    .stderr(Stdio::null())
+                    .status();
             }
         }
     }
