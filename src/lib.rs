@@ -8,7 +8,9 @@
 //! ## A tour
 //!
 //! - [`Redlock`] (`redlock.rs`): the client. [`lock`](Redlock::lock),
-//!   [`try_lock`](Redlock::try_lock) and [`with_lock`](Redlock::with_lock).
+//!   [`try_lock`](Redlock::try_lock), [`with_lock`](Redlock::with_lock), and
+//!   [`flush`](Redlock::flush), which waits for the releases it runs in the
+//!   background (`background.rs` counts them).
 //! - [`RedlockBuilder`] (`builder.rs`): options, defaults, validation.
 //! - [`LockGuard`] (`guard.rs`): a held lock. [`extend`](LockGuard::extend),
 //!   [`unlock`](LockGuard::unlock), [`forget`](LockGuard::forget), and
@@ -16,8 +18,10 @@
 //!   is lost.
 //! - `quorum.rs`: the pure arithmetic (quorum, drift, validity, jitter) and
 //!   [`Votes`]; `round.rs`: one parallel round to all nodes; `node.rs`: one
-//!   node's connection and calls; `scripts.rs`: the Lua; `contact.rs`: the
-//!   first-contact checks (the same server listed twice, replicas);
+//!   node's calls, each bounded, and the probe of a node that timed out;
+//!   `connection.rs`: one node's connection (the connect timeout, reconnects);
+//!   `scripts.rs`: the Lua; `contact.rs`: the first-contact checks (the same
+//!   server listed twice, replicas) and which nodes' grants count;
 //!   `waiting.rs`: the first-in first-out turn of one client's callers;
 //!   `notify.rs`: release notifications from other clients (pub/sub).
 //! - [`LockStatus`] (`status.rs`): what each node holds, for operators.
@@ -74,8 +78,11 @@
 //! token, run on every node. A failed extension never deletes the lock.
 //!
 //! Before a client's first lock, every node is asked for its `run_id` and
-//! `ROLE`: the same server listed twice, or a replica, is refused with
-//! [`Error::Misconfigured`].
+//! `ROLE` (bounded by the [connect timeout](RedlockBuilder::connect_timeout)):
+//! the same server listed twice, or a replica, is refused with
+//! [`Error::Misconfigured`]. Until a node has answered that check its grants
+//! do not count; a node that answers but refuses the commands counts, with a
+//! warning (see `contact.rs` for the policy and why).
 //!
 //! ## Guarantees
 //!
@@ -89,6 +96,13 @@
 //! - **No guard you should not trust**: [`LockGuard::remaining`] is measured
 //!   on the monotonic clock from the *start* of the winning round; work run by
 //!   [`LockGuard::run`] is cancelled when it reaches zero without an extension.
+//!   An extension that may have shortened the keys (it resets their TTL on
+//!   every node it reaches, even if it fails or is cancelled) caps the
+//!   validity at once; only a successful one raises it (the argument is in
+//!   `guard.rs`).
+//! - **Nothing left behind**: a `lock` call dropped mid-round finishes its
+//!   round in the background and releases what it set; [`Redlock::flush`]
+//!   waits for such background releases before a runtime ends.
 //!
 //! ## Limits: what Redlock does not protect against
 //!

@@ -179,6 +179,8 @@ impl Redlock {
 
     /// Takes the lock on `resource` for `ttl`, retrying with jitter until a
     /// round succeeds, the retries are spent or the acquire timeout passes.
+    /// A client's first call first checks every node (first contact, bounded
+    /// by the connect timeout and the acquire timeout).
     ///
     /// Each round asks all nodes in parallel and succeeds when a quorum granted
     /// it and validity is left after the round's duration and the drift
@@ -188,15 +190,21 @@ impl Redlock {
     /// # Errors
     ///
     /// [`Error::InvalidResource`], [`Error::InvalidTtl`] before any round;
-    /// then, from the last round, [`Error::Contended`] (held elsewhere),
-    /// [`Error::Unavailable`] (too few nodes answered) or
-    /// [`Error::NoValidity`] (the round outlasted the TTL).
+    /// [`Error::Misconfigured`] from first contact; then, from the last round,
+    /// [`Error::Contended`] (held elsewhere), [`Error::Unavailable`] (too few
+    /// nodes answered) or [`Error::NoValidity`] (the round outlasted the
+    /// TTL). With `attempts` 0, no round was made: `Contended` when the wait
+    /// for this client's turn ran out, `Unavailable` when the acquire timeout
+    /// passed during first contact.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe in the sense that matters for a lock: if the future is
-    /// dropped, no guard exists, and keys that a round in flight may have set
-    /// are released in the background (or expire by their TTL).
+    /// dropped, no guard exists, and a round in flight finishes in the
+    /// background (every node answers or times out, so that none of its
+    /// `SET`s lands later) and is then released on every node.
+    /// [`flush`](Self::flush) waits for that; a runtime that shuts down first
+    /// cuts it short, and the keys then expire by their TTL.
     pub async fn lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<LockGuard> {
         self.inner
             .acquire(resource.as_ref(), ttl, self.inner.config.retries())
