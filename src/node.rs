@@ -1,6 +1,6 @@
 //! One Redis node: its connection (`connection.rs`) and the lock operations,
-//! each bounded: votes, releases and reads by the per-node timeout, the
-//! first-contact check by the connect timeout.
+//! each bounded: votes and releases by the per-node timeout, the
+//! first-contact check and status reads by the connect timeout.
 //!
 //! A node whose call timed out is *skipped* by votes (an immediate vote
 //! against, instead of one more request piling up behind a frozen server)
@@ -37,10 +37,11 @@ enum Call {
     /// Removes our key (release): always sent, finished in the background
     /// after a timeout.
     Cleanup,
-    /// Only reads (status).
+    /// Only reads, for operators (status): bounded by the connect timeout,
+    /// since a fresh client may have to connect first; a timeout does not
+    /// mark the node unresponsive.
     Read,
-    /// The first-contact check: bounded by the connect timeout, since it may
-    /// have to connect first; a timeout does not mark the node unresponsive.
+    /// The first-contact check: as [`Call::Read`].
     Contact,
 }
 
@@ -155,7 +156,7 @@ impl Node {
 
     /// Runs `call` on this node's connection (connecting first if needed),
     /// bounded by the per-node timeout (the connect timeout for
-    /// [`Call::Contact`]).
+    /// [`Call::Read`] and [`Call::Contact`]).
     ///
     /// A [`Call::Vote`] is not sent to a skipped node. A [`Call::Cleanup`]
     /// that times out is not dropped but finishes in the background (for up
@@ -173,9 +174,11 @@ impl Node {
     {
         let skipped = kind == Call::Vote && self.health.is_skipped();
         let name = self.name.clone();
-        let timeout = match kind {
-            Call::Contact => self.connect_timeout,
-            _ => self.timeout,
+        let slow_ok = matches!(kind, Call::Contact | Call::Read);
+        let timeout = if slow_ok {
+            self.connect_timeout
+        } else {
+            self.timeout
         };
         let (link, health) = (self.link.clone(), self.health.clone());
         let background = self.background.clone();
@@ -210,7 +213,7 @@ impl Node {
                 Ok(Ok(value)) => Ok(value),
                 Ok(Err(kind)) => Err(NodeError::new(name, kind)),
                 Err(_) => {
-                    if kind != Call::Contact {
+                    if !slow_ok {
                         health.timed_out(link, timeout, &name);
                     }
                     Err(NodeError::new(name, NodeErrorKind::Timeout(timeout)))

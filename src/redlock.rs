@@ -156,7 +156,8 @@ impl Redlock {
     }
 
     /// Asks every node what it holds for `resource`: free, held (token prefix
-    /// and remaining TTL) or failed; and whether a quorum holds it.
+    /// and remaining TTL) or failed; and whether a quorum holds it. Each node
+    /// is given the connect timeout to answer (this may be a fresh client).
     ///
     /// # Errors
     ///

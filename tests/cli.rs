@@ -799,4 +799,23 @@ fn run_over_a_30_ms_link_with_defaults() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // A fresh `status` over the same links can tell too.
+    let out = output(
+        Command::new(env!("CARGO_BIN_EXE_quorlock"))
+            .env(
+                "QUORLOCK_NODES",
+                proxies
+                    .iter()
+                    .map(DelayProxy::url)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            )
+            .args(["status", "--resource", "cli:slow-link"]),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "free, not unknown: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
