@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{DelayProxy, RedisServer, servers, urls};
+use support::{RedisServer, proxies, proxy_urls, servers, urls, wait_held_everywhere};
 
 const EXIT_NOT_ACQUIRED: i32 = 75;
 const EXIT_LOST: i32 = 76;
@@ -382,14 +382,12 @@ fn status_is_unknown_while_a_silent_node_could_make_a_quorum() {
         .unwrap();
     let mut holder = KillOnDrop(holder);
     let key = b"quorlock:cli:status";
-    let started = Instant::now();
-    while nodes.iter().any(|node| node.get(key).is_none()) {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "never held everywhere"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_held_everywhere(
+        &nodes,
+        key,
+        Duration::from_secs(10),
+        "never held everywhere",
+    );
     let _: () = redis::cmd("DEL")
         .arg(key)
         .query(&mut nodes[0].connection())
@@ -438,22 +436,12 @@ impl Drop for KillOnDrop {
 #[test]
 fn interrupted_mid_round_releases_what_the_round_set() {
     let nodes = servers(3);
-    let proxies: Vec<DelayProxy> = nodes
-        .iter()
-        .map(|node| DelayProxy::start(node.port(), Duration::ZERO))
-        .collect();
+    let proxies = proxies(&nodes, Duration::ZERO);
     for proxy in &proxies {
         proxy.delay_replies(Duration::from_millis(800));
     }
     let child = Command::new(env!("CARGO_BIN_EXE_quorlock"))
-        .env(
-            "QUORLOCK_NODES",
-            proxies
-                .iter()
-                .map(DelayProxy::url)
-                .collect::<Vec<_>>()
-                .join(","),
-        )
+        .env("QUORLOCK_NODES", proxy_urls(&proxies).join(","))
         .args([
             "run",
             "--resource",
@@ -473,14 +461,8 @@ fn interrupted_mid_round_releases_what_the_round_set() {
         .unwrap();
     let mut child = KillOnDrop(child);
     let key = b"quorlock:cli:midround";
-    let started = Instant::now();
-    while nodes.iter().any(|node| node.get(key).is_none()) {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the SET never reached every node"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let what = "the SET never reached every node";
+    wait_held_everywhere(&nodes, key, Duration::from_secs(10), what);
     assert!(
         Command::new("kill")
             .args(["-TERM", &child.0.id().to_string()])
@@ -517,6 +499,28 @@ while :; do echo "A cmd $(date +%s%N)" >> journal; sleep 0.1; done
     )
     .unwrap();
     vec!["sh".into(), script.display().to_string()]
+}
+
+/// A `quorlock run` of [`stubborn_cmd`] on `resource` with `--ttl ttl`, its
+/// stderr in `dir/first.err`; returns it once CMD and its child have started,
+/// with their pids.
+fn run_stubborn(
+    nodes: &[RedisServer],
+    dir: &Path,
+    resource: &str,
+    ttl: &str,
+) -> (KillOnDrop, String, String) {
+    let first = quorlock(nodes)
+        .args(["run", "--resource", resource, "--ttl", ttl, "--"])
+        .args(stubborn_cmd(dir))
+        .stdin(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("first.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let first = KillOnDrop(first);
+    let cmd_pid = wait_for_pid(&dir.join("cmd.pid"));
+    let child_pid = wait_for_pid(&dir.join("child.pid"));
+    (first, cmd_pid, child_pid)
 }
 
 /// Nanoseconds since the epoch, as `date +%s%N` prints them.
@@ -560,16 +564,7 @@ fn refused_extension_kills_the_whole_group_at_once() {
     let dir = scratch("refused");
     let _cleanup = KillPids(dir.clone());
     let journal = dir.join("journal");
-    let first = quorlock(&nodes)
-        .args(["run", "--resource", "cli:refused", "--ttl", "2s", "--"])
-        .args(stubborn_cmd(&dir))
-        .stdin(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("first.err")).unwrap())
-        .spawn()
-        .unwrap();
-    let mut first = KillOnDrop(first);
-    let cmd_pid = wait_for_pid(&dir.join("cmd.pid"));
-    let child_pid = wait_for_pid(&dir.join("child.pid"));
+    let (mut first, cmd_pid, child_pid) = run_stubborn(&nodes, &dir, "cli:refused", "2s");
     for node in &nodes {
         let _: () = redis::cmd("DEL")
             .arg("quorlock:cli:refused")
@@ -621,16 +616,7 @@ fn failing_extensions_term_then_kill_the_group_within_the_validity() {
     let dir = scratch("failing");
     let _cleanup = KillPids(dir.clone());
     let journal = dir.join("journal");
-    let first = quorlock(&nodes)
-        .args(["run", "--resource", "cli:failing", "--ttl", "2s", "--"])
-        .args(stubborn_cmd(&dir))
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut first = KillOnDrop(first);
-    let cmd_pid = wait_for_pid(&dir.join("cmd.pid"));
-    let child_pid = wait_for_pid(&dir.join("child.pid"));
+    let (mut first, cmd_pid, child_pid) = run_stubborn(&nodes, &dir, "cli:failing", "2s");
     let frozen_at = now_ns();
     nodes[0].pause();
     nodes[1].pause();
@@ -667,16 +653,7 @@ fn group_dies_with_quorlock() {
     let nodes = servers(1);
     let dir = scratch("dies");
     let _cleanup = KillPids(dir.clone());
-    let first = quorlock(&nodes)
-        .args(["run", "--resource", "cli:dies", "--ttl", "10s", "--"])
-        .args(stubborn_cmd(&dir))
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut first = KillOnDrop(first);
-    let cmd_pid = wait_for_pid(&dir.join("cmd.pid"));
-    let child_pid = wait_for_pid(&dir.join("child.pid"));
+    let (mut first, cmd_pid, child_pid) = run_stubborn(&nodes, &dir, "cli:dies", "10s");
     first.0.kill().unwrap();
     first.0.wait().unwrap();
     let started = Instant::now();
@@ -777,20 +754,10 @@ fn interactive_cmd_reads_the_terminal() {
 #[test]
 fn run_over_a_30_ms_link_with_defaults() {
     let nodes = servers(3);
-    let proxies: Vec<DelayProxy> = nodes
-        .iter()
-        .map(|node| DelayProxy::start(node.port(), Duration::from_millis(15)))
-        .collect();
+    let proxies = proxies(&nodes, Duration::from_millis(15));
     let out = output(
         Command::new(env!("CARGO_BIN_EXE_quorlock"))
-            .env(
-                "QUORLOCK_NODES",
-                proxies
-                    .iter()
-                    .map(DelayProxy::url)
-                    .collect::<Vec<_>>()
-                    .join(","),
-            )
+            .env("QUORLOCK_NODES", proxy_urls(&proxies).join(","))
             .args(["run", "--resource", "cli:slow-link", "--", "true"]),
     );
     assert_eq!(
@@ -802,14 +769,7 @@ fn run_over_a_30_ms_link_with_defaults() {
     // A fresh `status` over the same links can tell too.
     let out = output(
         Command::new(env!("CARGO_BIN_EXE_quorlock"))
-            .env(
-                "QUORLOCK_NODES",
-                proxies
-                    .iter()
-                    .map(DelayProxy::url)
-                    .collect::<Vec<_>>()
-                    .join(","),
-            )
+            .env("QUORLOCK_NODES", proxy_urls(&proxies).join(","))
             .args(["status", "--resource", "cli:slow-link"]),
     );
     assert_eq!(

@@ -8,7 +8,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use quorlock::{LostReason, Redlock};
-use support::{DelayProxy, RedisServer, eventually, holders, servers};
+use support::{DelayProxy, RedisServer, eventually, held_everywhere, proxies, proxy_urls, servers};
 
 const LONG: Duration = Duration::from_secs(10);
 const SHORT: Duration = Duration::from_millis(200);
@@ -16,16 +16,13 @@ const SHORT: Duration = Duration::from_millis(200);
 /// Three nodes, each behind a delaying proxy (no delay yet).
 fn nodes_behind_proxies() -> (Vec<RedisServer>, Vec<DelayProxy>) {
     let nodes = servers(3);
-    let proxies = nodes
-        .iter()
-        .map(|node| DelayProxy::start(node.port(), Duration::ZERO))
-        .collect();
+    let proxies = proxies(&nodes, Duration::ZERO);
     (nodes, proxies)
 }
 
 /// A client over the proxies with a per-node timeout of `timeout`.
 fn client(proxies: &[DelayProxy], timeout: Duration) -> Redlock {
-    Redlock::builder(proxies.iter().map(DelayProxy::url))
+    Redlock::builder(proxy_urls(proxies))
         .node_timeout(timeout)
         .build()
         .unwrap()
@@ -57,10 +54,7 @@ async fn lock_everywhere(
     let guard = redlock.lock(resource, ttl).await.unwrap();
     let key = guard.key().to_vec();
     assert!(
-        eventually(Duration::from_secs(2), || holders(nodes, &key)
-            .iter()
-            .all(Option::is_some))
-        .await,
+        held_everywhere(nodes, &key, Duration::from_secs(2)).await,
         "every node holds the key"
     );
     guard

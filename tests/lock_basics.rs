@@ -6,7 +6,10 @@ mod support;
 use std::time::{Duration, Instant};
 
 use quorlock::{Error, LostReason, Unlocked};
-use support::{DelayProxy, builder, command_calls, eventually, holders, reset_stats, servers};
+use support::{
+    builder, command_calls, eventually, held_everywhere, holders, proxies, proxy_urls, reset_stats,
+    servers,
+};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -87,12 +90,7 @@ async fn extend_and_unlock_never_touch_a_foreign_key() {
     let mut guard = redlock.try_lock("basics:taken", TTL).await.unwrap();
     let key = guard.key().to_vec();
     // Our keys vanished (say, expired) and another holder took them everywhere.
-    assert!(
-        eventually(Duration::from_secs(2), || holders(&nodes, &key)
-            .iter()
-            .all(Option::is_some))
-        .await
-    );
+    assert!(held_everywhere(&nodes, &key, Duration::from_secs(2)).await);
     for node in &nodes {
         node.set_px(&key, "other-holder", 5_000);
     }
@@ -211,12 +209,7 @@ async fn dropped_guard_releases_in_the_background() {
     let redlock = builder(&nodes).build().unwrap();
     let guard = redlock.try_lock("basics:dropped", TTL).await.unwrap();
     let key = guard.key().to_vec();
-    assert!(
-        eventually(Duration::from_secs(2), || holders(&nodes, &key)
-            .iter()
-            .all(Option::is_some))
-        .await
-    );
+    assert!(held_everywhere(&nodes, &key, Duration::from_secs(2)).await);
     drop(guard);
     assert!(
         eventually(Duration::from_secs(2), || holders(&nodes, &key)
@@ -325,12 +318,7 @@ async fn acquire_timeout_spent_waiting_for_a_turn_starts_no_round() {
     let redlock = builder(&nodes).acquire_timeout(timeout).build().unwrap();
     let guard = redlock.lock("basics:deadline", TTL).await.unwrap();
     let key = guard.key().to_vec();
-    assert!(
-        eventually(Duration::from_secs(2), || holders(&nodes, &key)
-            .iter()
-            .all(Option::is_some))
-        .await
-    );
+    assert!(held_everywhere(&nodes, &key, Duration::from_secs(2)).await);
     reset_stats(&nodes);
     let started = Instant::now();
     let err = redlock.lock("basics:deadline", TTL).await.unwrap_err();
@@ -355,11 +343,8 @@ async fn acquire_timeout_spent_waiting_for_a_turn_starts_no_round() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_dropped_mid_round_releases_what_its_round_set() {
     let nodes = servers(3);
-    let proxies: Vec<DelayProxy> = nodes
-        .iter()
-        .map(|node| DelayProxy::start(node.port(), Duration::ZERO))
-        .collect();
-    let redlock = quorlock::Redlock::builder(proxies.iter().map(DelayProxy::url))
+    let proxies = proxies(&nodes, Duration::ZERO);
+    let redlock = quorlock::Redlock::builder(proxy_urls(&proxies))
         .node_timeout(Duration::from_secs(5))
         .build()
         .unwrap();

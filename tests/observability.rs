@@ -2,38 +2,16 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use support::{builder, servers};
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// Everything quorlock logs at TRACE level during lock, contention, extend,
 /// a failed node and unlock carries the resource name but never the token.
 /// (One thread, so that background tasks log into the captured subscriber too.)
 #[tokio::test(flavor = "current_thread")]
 async fn logs_name_the_resource_and_never_the_token() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (captured, _default) = support::capture_logs(tracing::Level::TRACE);
 
     let mut nodes = servers(3);
     let redlock = builder(&nodes).build().unwrap();
@@ -55,7 +33,7 @@ async fn logs_name_the_resource_and_never_the_token() {
     let debug = format!("{guard:?}");
     guard.unlock().await.unwrap();
 
-    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let logs = captured.text();
     assert!(
         logs.contains("observed:resource"),
         "logs name the resource:\n{logs}"
@@ -80,14 +58,7 @@ async fn logs_name_the_resource_and_never_the_token() {
 /// An even number of nodes is allowed, with a warning in the log.
 #[test]
 fn an_even_number_of_nodes_is_warned_about() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (captured, _default) = support::capture_logs(tracing::Level::WARN);
     let four: Vec<String> = (1..=4)
         .map(|i| format!("redis://127.0.0.1:{}", 7000 + i))
         .collect();
@@ -95,7 +66,7 @@ fn an_even_number_of_nodes_is_warned_about() {
     assert_eq!(redlock.quorum(), 3);
     let three = quorlock::Redlock::new(&four[..3]).unwrap();
     assert_eq!(three.quorum(), 2);
-    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let logs = captured.text();
     assert_eq!(
         logs.matches("even number of lock nodes").count(),
         1,

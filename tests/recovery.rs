@@ -4,12 +4,10 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use quorlock::{Redlock, Unlocked};
-use support::{DelayProxy, RedisServer, servers, urls};
+use support::{DelayProxy, RedisServer, proxies, proxy_urls, servers, urls};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -23,6 +21,37 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Locks and unlocks `resource` (retrying as `lock` does).
+async fn cycle(redlock: &Redlock, resource: &str) {
+    redlock
+        .lock(resource, TTL)
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+}
+
+/// Takes and releases `resource` with one round at a time (50 ms apart)
+/// until a round succeeds; panics with `what` and the last error after `limit`.
+async fn lock_within(redlock: &Redlock, resource: &str, limit: Duration, what: &str) {
+    let started = Instant::now();
+    loop {
+        match redlock.try_lock(resource, TTL).await {
+            Ok(guard) => {
+                guard.unlock().await.unwrap();
+                return;
+            }
+            Err(err) => assert!(
+                started.elapsed() < limit,
+                "{what}: still failing after {:?}: {err}",
+                started.elapsed()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A fresh client with default options locks over links of about 30 ms round
 /// trip (each node behind a proxy delaying 15 ms each way): connecting and
 /// the first-contact check have their own bound (`connect_timeout`, 1 s),
@@ -30,11 +59,8 @@ fn runtime() -> tokio::runtime::Runtime {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fresh_client_locks_over_a_30_ms_link_with_defaults() {
     let nodes = servers(3);
-    let proxies: Vec<DelayProxy> = nodes
-        .iter()
-        .map(|node| DelayProxy::start(node.port(), Duration::from_millis(15)))
-        .collect();
-    let redlock = Redlock::new(proxies.iter().map(DelayProxy::url)).unwrap();
+    let proxies = proxies(&nodes, Duration::from_millis(15));
+    let redlock = Redlock::new(proxy_urls(&proxies)).unwrap();
     let started = Instant::now();
     let guard = redlock
         .try_lock("recovery:slow-link", TTL)
@@ -49,11 +75,8 @@ async fn fresh_client_locks_over_a_30_ms_link_with_defaults() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_timeout_bounds_the_first_contact() {
     let nodes = servers(3);
-    let proxies: Vec<DelayProxy> = nodes
-        .iter()
-        .map(|node| DelayProxy::start(node.port(), Duration::from_millis(200)))
-        .collect();
-    let redlock = Redlock::builder(proxies.iter().map(DelayProxy::url))
+    let proxies = proxies(&nodes, Duration::from_millis(200));
+    let redlock = Redlock::builder(proxy_urls(&proxies))
         .acquire_timeout(Duration::from_millis(200))
         .build()
         .unwrap();
@@ -70,33 +93,13 @@ async fn acquire_timeout_bounds_the_first_contact() {
     );
 }
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// A node that refuses the first-contact commands (`ROLE` renamed away, as
 /// some proxies and hardened servers do) is counted, with a warning that
 /// names the node and its reply: it answers, so it can hold a lock; only the
 /// duplicate and replica checks are lost for it.
 #[tokio::test(flavor = "current_thread")]
 async fn node_refusing_the_first_contact_check_is_counted_with_a_warning() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (captured, _default) = support::capture_logs(tracing::Level::WARN);
 
     let node = RedisServer::start_with(&["--rename-command", "ROLE", ""]);
     let redlock = Redlock::new([node.url()]).unwrap();
@@ -105,7 +108,7 @@ async fn node_refusing_the_first_contact_check_is_counted_with_a_warning() {
         .await
         .expect("a node without ROLE still counts");
     guard.unlock().await.unwrap();
-    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let logs = captured.text();
     let warning = logs
         .lines()
         .find(|line| line.contains("WARN") && line.contains(&format!("127.0.0.1:{}", node.port())))
@@ -167,20 +170,13 @@ async fn connection_refused_for_a_wrong_password_recovers_when_it_is_fixed() {
         .query(&mut admin)
         .unwrap();
     let fixed = Instant::now();
-    loop {
-        match redlock.try_lock("recovery:password", TTL).await {
-            Ok(guard) => {
-                guard.unlock().await.unwrap();
-                break;
-            }
-            Err(err) => assert!(
-                fixed.elapsed() < Duration::from_secs(3),
-                "still failing {:?} after the fix: {err}",
-                fixed.elapsed()
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    lock_within(
+        &redlock,
+        "recovery:password",
+        Duration::from_secs(3),
+        "after the fix",
+    )
+    .await;
     println!(
         "recovered {:?} after the password was fixed",
         fixed.elapsed()
@@ -198,22 +194,10 @@ fn node_skipped_in_a_runtime_that_ended_is_used_in_the_next() {
         .build()
         .unwrap();
     runtime().block_on(async {
-        redlock
-            .lock("recovery:probe", TTL)
-            .await
-            .unwrap()
-            .unlock()
-            .await
-            .unwrap();
+        cycle(&redlock, "recovery:probe").await;
         nodes[2].pause();
         // Times out on the frozen node, which is then skipped and probed.
-        redlock
-            .lock("recovery:probe", TTL)
-            .await
-            .unwrap()
-            .unlock()
-            .await
-            .unwrap();
+        cycle(&redlock, "recovery:probe").await;
         // Past the timeout: the probe runs (and hangs) when the runtime ends.
         tokio::time::sleep(Duration::from_millis(300)).await;
     });
@@ -240,40 +224,17 @@ fn first_contact_check_cut_short_by_its_runtime_is_made_again() {
     nodes[2].pause();
     runtime().block_on(async {
         // First contact: the frozen node does not answer, so it is unchecked.
-        redlock
-            .lock("recovery:recheck", TTL)
-            .await
-            .unwrap()
-            .unlock()
-            .await
-            .unwrap();
+        cycle(&redlock, "recovery:recheck").await;
         // This lock starts a background re-check, which hangs on the frozen
         // node until the runtime is dropped.
-        redlock
-            .lock("recovery:recheck", TTL)
-            .await
-            .unwrap()
-            .unlock()
-            .await
-            .unwrap();
+        cycle(&redlock, "recovery:recheck").await;
     });
     nodes[2].resume();
     nodes[0].kill();
     runtime().block_on(async {
         // Nodes 1 and 2 are left: a quorum only if node 2 counts.
-        let started = Instant::now();
-        loop {
-            match redlock.lock("recovery:recheck", TTL).await {
-                Ok(guard) => {
-                    guard.unlock().await.unwrap();
-                    break;
-                }
-                Err(err) => assert!(
-                    started.elapsed() < Duration::from_secs(5),
-                    "node 2 never counted: {err}"
-                ),
-            }
-        }
+        let what = "node 2 never counted";
+        lock_within(&redlock, "recovery:recheck", Duration::from_secs(5), what).await;
     });
 }
 

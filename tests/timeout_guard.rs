@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use quorlock::{Error, LostReason, Unlocked};
-use support::{builder, eventually, holders, servers};
+use support::{builder, eventually, held_everywhere, holders, servers};
 
 /// Work that sets `done` only if it runs to completion.
 async fn work(duration: Duration, done: Arc<AtomicBool>) -> &'static str {
@@ -158,12 +158,7 @@ async fn refused_extension_cancels_the_work_at_once() {
     let ttl = Duration::from_millis(900);
     let mut guard = redlock.lock("guard:stolen", ttl).await.unwrap();
     let key = guard.key().to_vec();
-    assert!(
-        eventually(Duration::from_secs(1), || holders(&nodes, &key)
-            .iter()
-            .all(Option::is_some))
-        .await
-    );
+    assert!(held_everywhere(&nodes, &key, Duration::from_secs(1)).await);
     for node in &nodes {
         node.set_px(&key, "thief", 10_000);
     }

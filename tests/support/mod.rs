@@ -10,6 +10,10 @@ mod proxy;
 #[allow(unused_imports)]
 pub use proxy::DelayProxy;
 
+mod logs;
+#[allow(unused_imports)]
+pub use logs::capture_logs;
+
 use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -333,6 +337,34 @@ pub fn holders(servers: &[RedisServer], key: &[u8]) -> Vec<Option<Vec<u8>>> {
             }
         })
         .collect()
+}
+
+/// A delaying proxy in front of each of `nodes`, `one_way` each way.
+pub fn proxies(nodes: &[RedisServer], one_way: Duration) -> Vec<DelayProxy> {
+    nodes
+        .iter()
+        .map(|node| DelayProxy::start(node.port(), one_way))
+        .collect()
+}
+
+/// The URLs of `proxies`.
+pub fn proxy_urls(proxies: &[DelayProxy]) -> Vec<String> {
+    proxies.iter().map(DelayProxy::url).collect()
+}
+
+/// Whether every running node of `nodes` holds `key` within `limit`.
+pub async fn held_everywhere(nodes: &[RedisServer], key: &[u8], limit: Duration) -> bool {
+    eventually(limit, || holders(nodes, key).iter().all(Option::is_some)).await
+}
+
+/// Blocks until every node of `nodes` holds `key`, checking every 5 ms;
+/// panics with `what` after `limit`.
+pub fn wait_held_everywhere(nodes: &[RedisServer], key: &[u8], limit: Duration, what: &str) {
+    let started = Instant::now();
+    while holders(nodes, key).iter().any(Option::is_none) {
+        assert!(started.elapsed() < limit, "{what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Waits until `condition` holds, checking every 10 ms, for at most `limit`.
