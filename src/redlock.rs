@@ -334,7 +334,7 @@ impl Inner {
     /// Starts `SET NX GET PX` on every node (with fencing on, the fenced
     /// acquire script, which also returns the node's incremented counter).
     /// Grants of nodes not yet checked at first contact do not count.
-    fn start_acquire_round(self: &Arc<Self>, key: &Arc<[u8]>, ttl: Ttl) -> Attempt {
+    fn start_acquire_round(self: &Arc<Self>, key: &Arc<[u8]>, ttl: Ttl) -> AcquireRound {
         let token = new_token();
         let round = match &self.config.fencing_counter_key {
             None => Round::start(
@@ -351,7 +351,7 @@ impl Inner {
             ),
         }
         .counting(self.contact.counted(&self.nodes));
-        Attempt {
+        AcquireRound {
             inner: self.clone(),
             key: key.clone(),
             token,
@@ -471,13 +471,13 @@ impl Inner {
                 if let Some(listening) = &mut listening {
                     listening.mark_seen();
                 }
-                // Dropped mid-round (this future cancelled), `round` finishes
+                // Dropped mid-round (this future cancelled), `acquiring` finishes
                 // in the background and then releases whatever it set.
                 let start = Instant::now();
-                let mut round = self.start_acquire_round(&key, ttl);
-                round.round.collect(Until::Decided).await;
+                let mut acquiring = self.start_acquire_round(&key, ttl);
+                acquiring.round.collect(Until::Decided).await;
                 let elapsed = start.elapsed();
-                let votes = round.round.votes;
+                let votes = acquiring.round.votes;
                 tracing::debug!(
                     attempt,
                     granted = votes.granted,
@@ -489,12 +489,12 @@ impl Inner {
                 );
                 let validity = quorum::validity(ttl.ttl, elapsed, ttl.drift);
                 let failure = if votes.has_quorum() && validity.is_some() {
-                    let highest = round.round.highest_counter();
+                    let highest = acquiring.round.highest_counter();
                     match self
                         .fence(
                             &key,
-                            &round.token,
-                            &round.round.answers,
+                            &acquiring.token,
+                            &acquiring.round.answers,
                             highest,
                             start,
                             ttl,
@@ -502,7 +502,7 @@ impl Inner {
                         .await
                     {
                         Ok(fencing_token) => {
-                            return Ok(round.won(
+                            return Ok(acquiring.won(
                                 resource.len(),
                                 ttl,
                                 start,
@@ -515,10 +515,10 @@ impl Inner {
                 } else {
                     None
                 };
-                round.release().await;
+                acquiring.release().await;
                 let failure = match failure {
                     Some(failure) => failure.into_error(resource, attempt),
-                    None => acquire_failure(resource, &mut round.round, elapsed, attempt),
+                    None => acquire_failure(resource, &mut acquiring.round, elapsed, attempt),
                 };
                 if attempt > retries {
                     return Err(failure);
@@ -649,7 +649,7 @@ impl FenceFailure {
 /// background task that waits for every node's answer to the round, so that
 /// no `SET` of it can land afterwards, and then releases the key on every
 /// node.
-struct Attempt {
+struct AcquireRound {
     inner: Arc<Inner>,
     key: Arc<[u8]>,
     token: Arc<str>,
@@ -658,7 +658,7 @@ struct Attempt {
     settled: bool,
 }
 
-impl Attempt {
+impl AcquireRound {
     /// The lock is ours: a guard takes over releasing the keys.
     fn won(
         mut self,
@@ -708,7 +708,7 @@ impl Attempt {
     }
 }
 
-impl Drop for Attempt {
+impl Drop for AcquireRound {
     fn drop(&mut self) {
         if self.settled {
             return;
