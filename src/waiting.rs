@@ -83,17 +83,17 @@ impl WaitingRoom {
         key: &Arc<[u8]>,
         deadline: Instant,
     ) -> Option<Turn> {
-        let room = self.rooms().entry(key.clone()).or_default().clone();
-        // Declared before the queue entry, so dropped after it: if this
-        // future is dropped or times out, the queue's handle on the room is
-        // gone when `turn` cleans up.
+        // The turn owns this waiter's only handle on the room (besides the
+        // map's), so that when it is dropped, on any path, it can tell
+        // whether anyone else still uses the room.
         let mut turn = Turn {
             waiting: self.clone(),
             key: key.clone(),
-            room: room.clone(),
+            room: self.rooms().entry(key.clone()).or_default().clone(),
             ticket: self.tickets.fetch_add(1, Ordering::Relaxed),
             held: None,
         };
+        let room = &turn.room;
         let mut queued = std::pin::pin!(room.turn.clone().lock_owned());
         loop {
             let wake = room
