@@ -101,6 +101,27 @@ impl FirstContact {
         nodes: &Arc<[Node]>,
         deadline: Option<Instant>,
     ) -> Result<(), NotReady> {
+        // The usual case: every node checked, nothing to start or wait for.
+        let all_checked = self
+            .lock_slots()
+            .iter()
+            .all(|slot| matches!(slot.check, Check::Checked(_)));
+        if !all_checked {
+            self.wait_for_first_checks(nodes, deadline).await?;
+        }
+        match self.misconfigured.get() {
+            Some(reason) => Err(NotReady::Misconfigured(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Starts checks of the unchecked nodes and waits until every node has
+    /// had one check end, or until `deadline`.
+    async fn wait_for_first_checks(
+        self: &Arc<Self>,
+        nodes: &Arc<[Node]>,
+        deadline: Option<Instant>,
+    ) -> Result<(), NotReady> {
         loop {
             let ended = self.ended.notified();
             let mut ended = std::pin::pin!(ended);
@@ -109,7 +130,7 @@ impl FirstContact {
             // node unchecked.
             self.start_checks(nodes);
             if self.lock_slots().iter().all(|slot| slot.attempted) {
-                break;
+                return Ok(());
             }
             match deadline {
                 Some(deadline) => {
@@ -122,10 +143,6 @@ impl FirstContact {
                 }
                 None => ended.await,
             }
-        }
-        match self.misconfigured.get() {
-            Some(reason) => Err(NotReady::Misconfigured(reason.clone())),
-            None => Ok(()),
         }
     }
 
