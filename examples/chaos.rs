@@ -23,11 +23,7 @@ use std::time::Duration;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let runtime = match support::runtime() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("chaos: {err}");

@@ -37,12 +37,10 @@ enum Call {
     /// Removes our key (release): always sent, finished in the background
     /// after a timeout.
     Cleanup,
-    /// Only reads, for operators (status): bounded by the connect timeout,
-    /// since a fresh client may have to connect first; a timeout does not
-    /// mark the node unresponsive.
+    /// Only reads (the first-contact check, status): bounded by the connect
+    /// timeout, since a fresh client may have to connect first; a timeout
+    /// does not mark the node unresponsive.
     Read,
-    /// The first-contact check: as [`Call::Read`].
-    Contact,
 }
 
 /// What a node said it is at first contact.
@@ -156,7 +154,7 @@ impl Node {
 
     /// Runs `call` on this node's connection (connecting first if needed),
     /// bounded by the per-node timeout (the connect timeout for
-    /// [`Call::Read`] and [`Call::Contact`]).
+    /// [`Call::Read`]).
     ///
     /// A [`Call::Vote`] is not sent to a skipped node. A [`Call::Cleanup`]
     /// that times out is not dropped but finishes in the background (for up
@@ -174,8 +172,7 @@ impl Node {
     {
         let skipped = kind == Call::Vote && self.health.is_skipped();
         let name = self.name.clone();
-        let slow_ok = matches!(kind, Call::Contact | Call::Read);
-        let timeout = if slow_ok {
+        let timeout = if kind == Call::Read {
             self.connect_timeout
         } else {
             self.timeout
@@ -213,7 +210,7 @@ impl Node {
                 Ok(Ok(value)) => Ok(value),
                 Ok(Err(kind)) => Err(NodeError::new(name, kind)),
                 Err(_) => {
-                    if !slow_ok {
+                    if kind != Call::Read {
                         health.timed_out(link, timeout, &name);
                     }
                     Err(NodeError::new(name, NodeErrorKind::Timeout(timeout)))
@@ -383,7 +380,7 @@ impl Node {
         scripts: &'static [&'static str],
     ) -> impl Future<Output = Result<Identity, NodeError>> + Send + 'static {
         let name = self.name.clone();
-        let call = self.bounded(Call::Contact, move |mut connection| async move {
+        let call = self.bounded(Call::Read, move |mut connection| async move {
             let mut pipe = redis::pipe();
             pipe.ignore_errors().cmd("INFO").arg("server").cmd("ROLE");
             for code in scripts {

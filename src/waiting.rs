@@ -19,15 +19,27 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use tokio::sync::OwnedMutexGuard;
+use tokio::sync::Semaphore;
 
 /// One resource's turn and what the room knows of its holder.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Room {
-    turn: Arc<tokio::sync::Mutex<()>>,
+    /// One permit: the turn. Tokio's semaphore serves waiters in arrival
+    /// order. A taken permit is forgotten and given back by the turn's drop,
+    /// so that the turn needs no handle of its own beyond the room's.
+    turn: Semaphore,
     /// The ticket of the caller that last took the lock through this room,
     /// and until when that lock is valid.
     holder: Mutex<Option<(u64, Instant)>>,
+}
+
+impl Default for Room {
+    fn default() -> Self {
+        Room {
+            turn: Semaphore::new(1),
+            holder: Mutex::default(),
+        }
+    }
 }
 
 impl Room {
@@ -59,8 +71,9 @@ pub(crate) struct Turn {
     key: Arc<[u8]>,
     room: Arc<Room>,
     ticket: u64,
-    /// `None` for a caller that went on because the holder's lock expired.
-    held: Option<OwnedMutexGuard<()>>,
+    /// Whether this turn took the room's permit (not for a caller that went
+    /// on because the holder's lock expired).
+    held: bool,
 }
 
 impl WaitingRoom {
@@ -91,19 +104,22 @@ impl WaitingRoom {
             key: key.clone(),
             room: self.rooms().entry(key.clone()).or_default().clone(),
             ticket: self.tickets.fetch_add(1, Ordering::Relaxed),
-            held: None,
+            held: false,
         };
-        let room = &turn.room;
-        let mut queued = std::pin::pin!(room.turn.clone().lock_owned());
+        let room = turn.room.clone();
+        let mut queued = std::pin::pin!(room.turn.acquire());
         loop {
             let wake = room
                 .holder_valid_until()
                 .map_or(deadline, |valid_until| valid_until.min(deadline));
             match tokio::time::timeout_at(wake.into(), &mut queued).await {
-                Ok(held) => {
-                    turn.held = Some(held);
+                Ok(Ok(permit)) => {
+                    permit.forget();
+                    turn.held = true;
                     return Some(turn);
                 }
+                // The semaphore is never closed; were it, there is no turn to wait for.
+                Ok(Err(_)) => return Some(turn),
                 Err(_) if Instant::now() >= deadline => return None,
                 Err(_) => {
                     let expired = room
@@ -136,7 +152,9 @@ impl Drop for Turn {
         }
         // Pass the turn on, then forget the room if nobody else uses it (the
         // map and this turn are its last two handles).
-        drop(self.held.take());
+        if std::mem::take(&mut self.held) {
+            self.room.turn.add_permits(1);
+        }
         let mut rooms = self.waiting.rooms();
         if rooms
             .get(&self.key)

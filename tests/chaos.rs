@@ -14,11 +14,7 @@ use std::time::Duration;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let runtime = support::runtime().expect("tokio runtime");
     if args.first().map(String::as_str) == Some("--chaos-worker") {
         return match runtime.block_on(chaos_harness::worker(&args[1], &args[2..])) {
             Ok(()) => ExitCode::SUCCESS,

@@ -14,11 +14,7 @@ const TTL: Duration = Duration::from_secs(10);
 /// A runtime of its own for one phase of a test, dropped (with every task
 /// it runs) at the end of the phase.
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
+    support::runtime().unwrap()
 }
 
 /// Locks and unlocks `resource` (retrying as `lock` does).

@@ -301,6 +301,15 @@ fn log_tail(dir: &std::path::Path) -> String {
     lines[lines.len().saturating_sub(5)..].join("\n")
 }
 
+/// A multi-thread tokio runtime with two workers (the machines have two
+/// cores), for programs and tests that build their own.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+}
+
 /// A free loopback port, as the kernel hands it out.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
