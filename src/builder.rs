@@ -58,6 +58,7 @@ pub(crate) struct Config {
 impl Config {
     /// Retries allowed after the first round: the configured count; with none
     /// configured, the default, or no limit when an acquire timeout bounds the wait.
+    /// Zero makes `lock` one round; otherwise [`patience`](Self::patience) bounds it.
     pub(crate) fn retries(&self) -> u32 {
         match (self.retry_count, self.acquire_timeout) {
             (Some(count), _) => count,
@@ -65,7 +66,25 @@ impl Config {
             (None, None) => DEFAULT_RETRY_COUNT,
         }
     }
+
+    /// How long `lock` waits, from the call: the acquire timeout, or
+    /// `retry_count × retry_delay` (2 s with the defaults), whichever is
+    /// shorter when both are set; at most an hour, and at least one round.
+    pub(crate) fn patience(&self) -> Duration {
+        let by_count = self
+            .retry_delay
+            .saturating_mul(self.retries())
+            .min(MAX_PATIENCE);
+        match (self.retry_count, self.acquire_timeout) {
+            (None, Some(timeout)) => timeout.min(MAX_PATIENCE),
+            (Some(_), Some(timeout)) => timeout.min(by_count),
+            (_, None) => by_count,
+        }
+    }
 }
+
+/// The longest a `lock` call waits, whatever the options say.
+const MAX_PATIENCE: Duration = Duration::from_secs(3600);
 
 impl Default for Config {
     fn default() -> Self {

@@ -36,10 +36,10 @@ use futures::future::OptionFuture;
 use tracing::Instrument;
 
 use crate::error::{Error, LostReason, NodeError, Result};
+use crate::queue::{LockKeys, Place};
 use crate::quorum::ReleaseOutcome;
 use crate::redlock::{Inner, Ttl, show_resource};
 use crate::round::{Round, Until};
-use crate::waiting::Turn;
 
 /// How a successful [`LockGuard::unlock`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +67,7 @@ pub enum Unlocked {
 #[must_use = "dropping the guard releases the lock right away"]
 pub struct LockGuard {
     inner: Arc<Inner>,
-    key: Arc<[u8]>,
+    keys: Arc<LockKeys>,
     resource_len: usize,
     token: Arc<str>,
     ttl: Ttl,
@@ -78,8 +78,6 @@ pub struct LockGuard {
     lost: bool,
     /// Whether Drop still has to release the keys.
     armed: bool,
-    /// This client's turn for the resource, passed on at release.
-    turn: Option<Turn>,
     /// The fencing token, with fencing on.
     fencing_token: Option<u64>,
 }
@@ -98,23 +96,22 @@ impl fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    /// The guard of a won round that started at `start`, with the waiting
-    /// room's turn and the fencing token. Armed: it releases the keys when
+    /// The guard of a won round that started at `start`, with its fencing
+    /// token. Armed: it releases the keys when
     /// dropped without `unlock`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn acquired(
         inner: Arc<Inner>,
-        key: Arc<[u8]>,
+        keys: Arc<LockKeys>,
         resource_len: usize,
         token: Arc<str>,
         ttl: Ttl,
         start: Instant,
-        turn: Option<Turn>,
         fencing_token: Option<u64>,
     ) -> Self {
         let mut guard = LockGuard {
             inner,
-            key,
+            keys,
             resource_len,
             token,
             ttl,
@@ -123,20 +120,15 @@ impl LockGuard {
             extensions: 0,
             lost: false,
             armed: true,
-            turn,
             fencing_token,
         };
         guard.set_valid_until(start + (ttl.ttl - ttl.drift));
         guard
     }
 
-    /// Moves the validity, and tells this client's waiting room (other
-    /// callers wait for the turn until then at most).
+    /// Moves the validity.
     fn set_valid_until(&mut self, valid_until: Instant) {
         self.valid_until = valid_until;
-        if let Some(turn) = &self.turn {
-            turn.hold_until(valid_until);
-        }
     }
 
     pub(crate) fn shown_resource(&self) -> String {
@@ -145,13 +137,13 @@ impl LockGuard {
 
     /// The resource name this lock is on.
     pub fn resource(&self) -> &[u8] {
-        let prefix_len = self.key.len() - self.resource_len;
-        &self.key[prefix_len..]
+        let prefix_len = self.keys.key.len() - self.resource_len;
+        &self.keys.key[prefix_len..]
     }
 
     /// The Redis key that holds the lock on each node (prefix + resource).
     pub fn key(&self) -> &[u8] {
-        &self.key
+        &self.keys.key
     }
 
     /// The TTL of the last successful acquisition or extension, in whole milliseconds.
@@ -238,7 +230,7 @@ impl LockGuard {
         let start = self.begin_extension(ttl);
         let round = self
             .inner
-            .extend_round(&self.key, &self.token, ttl)
+            .extend_round(&self.keys.key, &self.token, ttl)
             .instrument(span)
             .await;
         self.apply_extension(round, start, ttl)
@@ -326,11 +318,11 @@ impl LockGuard {
         let mut round = self
             .inner
             .release_round(
-                &self.key,
+                &self.keys,
                 &self.token,
                 Until::QuorumOrAll,
-                self.turn.take(),
-                true,
+                Place::None,
+                None,
             )
             .instrument(span.clone())
             .await;
@@ -447,7 +439,7 @@ impl LockGuard {
                 output = &mut work => return Ok(output),
                 _ = tokio::time::sleep_until(renew_at.into()), if can_extend => {
                     let inner = self.inner.clone();
-                    let key = self.key.clone();
+                    let key = self.keys.key.clone();
                     let token = self.token.clone();
                     let ttl = self.ttl;
                     let start = self.begin_extension(ttl);
@@ -466,12 +458,11 @@ impl Drop for LockGuard {
             return;
         }
         let inner = self.inner.clone();
-        let key = self.key.clone();
+        let keys = self.keys.clone();
         let token = self.token.clone();
-        let turn = self.turn.take();
         let release = async move {
             inner
-                .release_round(&key, &token, Until::QuorumOrAll, turn, true)
+                .release_round(&keys, &token, Until::QuorumOrAll, Place::None, None)
                 .await;
         };
         if !self.inner.background.spawn(release) {

@@ -22,8 +22,10 @@
 //!   `connection.rs`: one node's connection (the connect timeout, reconnects);
 //!   `scripts.rs`: the Lua; `contact.rs`: the first-contact checks (the same
 //!   server listed twice, replicas) and which nodes' grants count;
-//!   `waiting.rs`: the first-in first-out turn of one client's callers;
-//!   `notify.rs`: release notifications from other clients (pub/sub).
+//!   `queue.rs`: the queue of waiters on the nodes, which serves `lock`
+//!   callers of every client in about the order they came (fairness across
+//!   processes), with its safety argument; `notify.rs`: the handoff
+//!   notifications that wake the next waiter (pub/sub).
 //! - [`LockStatus`] (`status.rs`): what each node holds, for operators.
 //! - [`enum@Error`] (`error.rs`): one error type, with [`Votes`],
 //!   [`LostReason`] and [`NodeError`].
@@ -172,12 +174,12 @@ mod error;
 mod guard;
 mod node;
 mod notify;
+mod queue;
 mod quorum;
 mod redlock;
 mod round;
 mod scripts;
 mod status;
-mod waiting;
 
 pub use builder::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_FENCING_COUNTER_KEY, DEFAULT_KEY_PREFIX,
@@ -186,6 +188,7 @@ pub use builder::{
 };
 pub use error::{Error, LostReason, NodeError, NodeErrorKind, Result};
 pub use guard::{LockGuard, Unlocked};
+pub use queue::{REFRESH_INTERVAL, WAITER_LIFETIME};
 pub use quorum::{MAX_TTL, Votes};
 pub use redlock::{MAX_RESOURCE_LEN, Redlock};
 pub use status::{LockStatus, NodeState, NodeStatus, TOKEN_PREFIX_LEN};

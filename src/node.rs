@@ -22,6 +22,7 @@ use redis::{Client, RedisError, RedisResult, Value};
 use crate::background::Background;
 use crate::connection::{self, Link};
 use crate::error::{NodeError, NodeErrorKind};
+use crate::queue::{self, LockKeys, Place};
 use crate::round::Reply;
 use crate::scripts;
 
@@ -330,22 +331,88 @@ impl Node {
         self.script(&scripts::EXTEND, Call::Vote, [key], token, Some(ttl_ms))
     }
 
-    /// The release script: `Ok(true)` when our key was deleted. With
-    /// `announce`, a deletion is published to clients waiting for the key.
+    /// The release script: `Ok(true)` when the key held our token (it is
+    /// then handed on to the first waiter, or deleted). `place` says what
+    /// becomes of a waiter's entry (see [`Place`]).
     pub(crate) fn release(
         &self,
-        key: Arc<[u8]>,
+        keys: &LockKeys,
         token: Arc<str>,
-        announce: bool,
+        place: Place,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
+        let name = self.name.clone();
+        let (key, queue, alive) = (keys.key.clone(), keys.queue.clone(), keys.alive.clone());
         // Always sent: a node that was slow may still hold our key.
-        self.script(
-            &scripts::RELEASE,
-            Call::Cleanup,
-            [key],
-            token,
-            announce.then_some(1),
-        )
+        let call = self.bounded(Call::Cleanup, move |mut connection| async move {
+            let mut invocation = scripts::RELEASE.prepare_invoke();
+            invocation.key(&*key).key(&*queue).key(&*alive).arg(&*token);
+            match &place {
+                Place::None => {}
+                Place::Keep(waiter, ticket) => {
+                    invocation
+                        .arg(&**waiter)
+                        .arg(*ticket)
+                        .arg(queue::lifetime_ms());
+                }
+                Place::Leave(waiter) => {
+                    invocation.arg(&**waiter).arg(-1).arg(queue::lifetime_ms());
+                }
+            }
+            invocation.invoke_async::<Value>(&mut connection).await
+        });
+        async move {
+            match call.await? {
+                Value::Int(1) => Ok(true),
+                Value::Int(0) => Ok(false),
+                other => Err(unexpected(name, &other)),
+            }
+        }
+    }
+
+    /// One waiting round on this node (the queue script): granted (with the
+    /// fencing counter when `counter_key` is given), or queued under the
+    /// ticket the node answers. `ticket` 0 joins at the back.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn wait_turn(
+        &self,
+        keys: &LockKeys,
+        counter_key: Option<Arc<[u8]>>,
+        token: Arc<str>,
+        ttl_ms: u64,
+        waiter: Arc<str>,
+        ticket: u64,
+    ) -> impl Future<Output = Result<Reply, NodeError>> + Send + 'static {
+        let name = self.name.clone();
+        let (key, queue, alive) = (keys.key.clone(), keys.queue.clone(), keys.alive.clone());
+        let fenced = counter_key.is_some();
+        let call = self.bounded(Call::Vote, move |mut connection| async move {
+            let mut invocation = scripts::WAIT.prepare_invoke();
+            invocation.key(&*key).key(&*queue).key(&*alive);
+            if let Some(counter_key) = &counter_key {
+                invocation.key(&**counter_key);
+            }
+            invocation
+                .arg(&*token)
+                .arg(ttl_ms)
+                .arg(&*waiter)
+                .arg(ticket)
+                .arg(queue::lifetime_ms());
+            invocation.invoke_async::<(i64, i64)>(&mut connection).await
+        });
+        async move {
+            match call.await? {
+                (1, counter) if !fenced => {
+                    let _ = counter;
+                    Ok(Reply::Granted(None))
+                }
+                (1, counter) if counter > 0 => Ok(Reply::Granted(u64::try_from(counter).ok())),
+                (0, ticket) if ticket > 0 => Ok(Reply::Queued(ticket.unsigned_abs())),
+                (granted, number) => Err(unexpected(
+                    name,
+                    &Value::Array(vec![Value::Int(granted), Value::Int(number)]),
+                )),
+            }
+        }
     }
 
     /// The holder's token and remaining TTL (ms) of `key`, or `None` when absent.

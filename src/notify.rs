@@ -1,15 +1,17 @@
-//! Release notifications across clients: the release script publishes on a
-//! channel named after the lock key when it deletes our key, and a client
-//! whose `lock` call is waiting for a key held elsewhere listens on that
-//! channel on every node, so it retries as soon as the holder releases
-//! instead of sleeping out its retry delay. A notification that is missed (a
-//! node's subscription not yet in place, a connection lost) costs only the
-//! retry delay: the jittered timer stays as the fallback.
+//! Handoff notifications across clients: when a release hands a lock key on
+//! to the first waiter in a node's queue (see `queue.rs`), the script
+//! publishes that waiter's id on the channel named after the key. A client
+//! with waiters for the key listens on that channel on every node and wakes
+//! only the waiter named, noting which nodes reserved the key for it, so it
+//! claims as soon as a quorum did. A notification that is missed (a node's
+//! subscription not yet in place, a connection lost) costs only time: the
+//! waiter's refresh round also claims a lock reserved for it.
 //!
 //! Each node gets one pub/sub connection, opened by a background task the
 //! first time a key is listened for, and reopened (with every channel still
-//! wanted) if it breaks. A key's channel is unsubscribed when its last
-//! listener goes away.
+//! wanted) if it breaks. A key's channel is unsubscribed once it has had no
+//! listener for [`LINGER`], so that a key contended now and then does not
+//! subscribe and unsubscribe with every call.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -22,15 +24,23 @@ use tokio::sync::{mpsc, watch};
 /// The pause before reopening a pub/sub connection that failed.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 
+/// How long a key's channel stays subscribed after its last listener left.
+const LINGER: Duration = Duration::from_secs(5);
+
 enum Change {
     Subscribe(Arc<[u8]>),
     Unsubscribe(Arc<[u8]>),
 }
 
+/// The nodes that reserved a key for one waiter since it last looked: bit
+/// `i` for node `i` (nodes past the 64th share the last bit).
+type Reserved = watch::Sender<u64>;
+
 struct Wanted {
-    /// Counts the releases seen; listeners watch it.
-    releases: watch::Sender<u64>,
-    listeners: usize,
+    /// The listening waiters of this client, by waiter id.
+    waiters: HashMap<Arc<str>, Reserved>,
+    /// Whether a task will unsubscribe the key once it has been idle for [`LINGER`].
+    sweeping: bool,
 }
 
 /// The listeners of one client.
@@ -52,11 +62,12 @@ impl std::fmt::Debug for Notifications {
     }
 }
 
-/// Interest in one key's releases; unsubscribes when the last one is dropped.
+/// One waiter's interest in handoffs of one key to it.
 pub(crate) struct Listening {
     notifications: Arc<Notifications>,
     key: Arc<[u8]>,
-    releases: watch::Receiver<u64>,
+    waiter: Arc<str>,
+    reserved: watch::Receiver<u64>,
 }
 
 impl Notifications {
@@ -78,16 +89,18 @@ impl Notifications {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Starts listening for releases of `key` on every node.
-    pub(crate) fn listen(self: &Arc<Self>, key: &Arc<[u8]>) -> Listening {
-        let (releases, first) = {
+    /// Starts listening for handoffs of `key` to `waiter` on every node.
+    pub(crate) fn listen(self: &Arc<Self>, key: &Arc<[u8]>, waiter: &Arc<str>) -> Listening {
+        let (reserved, first) = {
             let mut wanted = self.wanted();
+            let first = !wanted.contains_key(key);
             let entry = wanted.entry(key.clone()).or_insert_with(|| Wanted {
-                releases: watch::Sender::new(0),
-                listeners: 0,
+                waiters: HashMap::new(),
+                sweeping: false,
             });
-            entry.listeners += 1;
-            (entry.releases.subscribe(), entry.listeners == 1)
+            let (sender, receiver) = watch::channel(0);
+            entry.waiters.insert(waiter.clone(), sender);
+            (receiver, first)
         };
         if first {
             self.send(|| Change::Subscribe(key.clone()));
@@ -95,7 +108,8 @@ impl Notifications {
         Listening {
             notifications: self.clone(),
             key: key.clone(),
-            releases,
+            waiter: waiter.clone(),
+            reserved,
         }
     }
 
@@ -105,7 +119,7 @@ impl Notifications {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        for (client, task) in self.clients.iter().zip(&self.tasks) {
+        for (index, (client, task)) in self.clients.iter().zip(&self.tasks).enumerate() {
             let mut task = task.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             if let Some(sender) = task.as_ref()
                 && sender.send(change()).is_ok()
@@ -115,6 +129,7 @@ impl Notifications {
             // The task is gone with the runtime that ran it, or never started.
             let (sender, receiver) = mpsc::unbounded_channel();
             runtime.spawn(listen_to_node(
+                index,
                 client.clone(),
                 self.connect_timeout,
                 self.wanted.clone(),
@@ -126,17 +141,27 @@ impl Notifications {
 }
 
 impl Listening {
-    /// Marks every release so far as seen: [`released`](Self::released) then
-    /// waits for the next one, including one that comes before it is called.
-    pub(crate) fn mark_seen(&mut self) {
-        self.releases.borrow_and_update();
+    /// Forgets the handoffs seen so far (before a round: its own outcome
+    /// replaces them).
+    pub(crate) fn clear(&mut self) {
+        if let Some(entry) = self.notifications.wanted().get(&self.key)
+            && let Some(sender) = entry.waiters.get(&self.waiter)
+        {
+            sender.send_replace(0);
+        }
+        self.reserved.borrow_and_update();
     }
 
-    /// Waits for a release of the key on any node that was not yet seen.
+    /// How many nodes reserved the key for this waiter since [`clear`](Self::clear).
+    pub(crate) fn reserved(&mut self) -> usize {
+        self.reserved.borrow_and_update().count_ones() as usize
+    }
+
+    /// Waits for a handoff notification not yet looked at.
     ///
     /// Cancel safe.
-    pub(crate) async fn released(&mut self) {
-        if self.releases.changed().await.is_err() {
+    pub(crate) async fn changed(&mut self) {
+        if self.reserved.changed().await.is_err() {
             // The sender is gone (never, while we listen): do not spin.
             std::future::pending::<()>().await;
         }
@@ -145,31 +170,56 @@ impl Listening {
 
 impl Drop for Listening {
     fn drop(&mut self) {
-        let last = {
+        let sweep = {
             let mut wanted = self.notifications.wanted();
             match wanted.get_mut(&self.key) {
-                Some(entry) if entry.listeners > 1 => {
-                    entry.listeners -= 1;
-                    false
-                }
-                Some(_) => {
-                    wanted.remove(&self.key);
-                    true
+                Some(entry) => {
+                    entry.waiters.remove(&self.waiter);
+                    let idle = entry.waiters.is_empty() && !entry.sweeping;
+                    entry.sweeping |= idle;
+                    idle
                 }
                 None => false,
             }
         };
-        if last {
-            let key = self.key.clone();
-            self.notifications.send(|| Change::Unsubscribe(key.clone()));
+        if !sweep {
+            return;
+        }
+        // Unsubscribe once the key has had no listener for a while.
+        let (notifications, key) = (self.notifications.clone(), self.key.clone());
+        let sweeper = async move {
+            loop {
+                tokio::time::sleep(LINGER).await;
+                let mut wanted = notifications.wanted();
+                let Some(entry) = wanted.get_mut(&key) else {
+                    return;
+                };
+                if entry.waiters.is_empty() {
+                    wanted.remove(&key);
+                    drop(wanted);
+                    notifications.send(|| Change::Unsubscribe(key.clone()));
+                    return;
+                }
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(sweeper);
+            }
+            Err(_) => {
+                // No runtime: no task runs the connections either.
+                self.notifications.wanted().remove(&self.key);
+            }
         }
     }
 }
 
-/// One node's pub/sub connection: applies the changes, wakes the listeners
-/// of each message's key, and reopens the connection (resubscribing every
+/// One node's pub/sub connection (node `index`): applies the changes, marks
+/// each message's key as reserved by this node for the waiter it names, and
+/// reopens the connection (resubscribing every
 /// wanted key) when it breaks. Ends when its client is dropped.
 async fn listen_to_node(
+    index: usize,
     client: Client,
     connect_timeout: Duration,
     wanted: Arc<Mutex<HashMap<Arc<[u8]>, Wanted>>>,
@@ -211,13 +261,17 @@ async fn listen_to_node(
                 }
                 message = messages.next() => match message {
                     Some(message) => {
-                        if let Ok(channel) = message.get_channel::<Vec<u8>>()
-                            && let Some(entry) = wanted
-                                .lock()
-                                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                                .get(&channel[..])
+                        let bit = 1u64 << index.min(63);
+                        if let (Ok(channel), Ok(waiter)) = (
+                            message.get_channel::<Vec<u8>>(),
+                            message.get_payload::<String>(),
+                        ) && let Some(reserved) = wanted
+                            .lock()
+                            .unwrap_or_else(|poisoned| poisoned.into_inner())
+                            .get(&channel[..])
+                            .and_then(|entry| entry.waiters.get(waiter.as_str()))
                         {
-                            entry.releases.send_modify(|seen| *seen += 1);
+                            reserved.send_modify(|nodes| *nodes |= bit);
                         }
                     }
                     None => healthy = false,

@@ -15,10 +15,10 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::node::Node;
 use crate::notify::{Listening, Notifications};
+use crate::queue::{self, LockKeys, Place};
 use crate::quorum::{self, MAX_TTL, Votes};
 use crate::round::{Answer, Round, Until};
 use crate::status::LockStatus;
-use crate::waiting::{Turn, WaitingRoom};
 use futures::FutureExt;
 
 /// The longest resource name accepted, in bytes.
@@ -61,7 +61,6 @@ pub(crate) struct Inner {
     pub(crate) nodes: Arc<[Node]>,
     pub(crate) config: Config,
     contact: Arc<FirstContact>,
-    waiting: Arc<WaitingRoom>,
     notifications: Arc<Notifications>,
     /// Releases and straggling calls that run after their caller moved on.
     pub(crate) background: Background,
@@ -127,7 +126,6 @@ impl Redlock {
                 nodes: nodes.into(),
                 config,
                 contact,
-                waiting: Arc::default(),
                 notifications,
                 background,
             }),
@@ -328,24 +326,58 @@ impl Inner {
                 reason: "its key is the fencing counter's".into(),
             });
         }
+        if queue::is_queue_key(&key) {
+            return Err(Error::InvalidResource {
+                reason: "its key ends like the keys of a lock's queue \
+                         (`:quorlock-queue`, `:quorlock-alive`)"
+                    .into(),
+            });
+        }
         Ok(key.into())
     }
 
-    /// Starts `SET NX GET PX` on every node (with fencing on, the fenced
-    /// acquire script, which also returns the node's incremented counter).
+    /// Starts one acquire round on every node. A caller of `lock` (a
+    /// `waiter` with its ticket, 0 before it has one) runs the queue script,
+    /// which takes the lock only when it is free for this waiter and queues
+    /// it otherwise (see `queue.rs`); `try_lock` runs `SET NX GET PX`. With
+    /// fencing on, either also returns the node's incremented counter.
     /// Grants of nodes not yet checked at first contact do not count.
-    fn start_acquire_round(self: &Arc<Self>, key: &Arc<[u8]>, ttl: Ttl) -> AcquireRound {
+    fn start_acquire_round(
+        self: &Arc<Self>,
+        keys: &Arc<LockKeys>,
+        ttl: Ttl,
+        waiter: Option<(&Arc<str>, u64)>,
+    ) -> AcquireRound {
         let token = new_token();
-        let round = match &self.config.fencing_counter_key {
-            None => Round::start(
-                self.nodes
-                    .iter()
-                    .map(|node| node.acquire(key.clone(), token.clone(), ttl.millis)),
+        let counter_key = &self.config.fencing_counter_key;
+        let round = match (waiter, counter_key) {
+            (Some((waiter, ticket)), _) => Round::start(
+                self.nodes.iter().map(|node| {
+                    node.wait_turn(
+                        keys,
+                        counter_key.clone(),
+                        token.clone(),
+                        ttl.millis,
+                        waiter.clone(),
+                        ticket,
+                    )
+                }),
                 &self.background,
             ),
-            Some(counter_key) => Round::start(
+            (None, None) => Round::start(
+                self.nodes
+                    .iter()
+                    .map(|node| node.acquire(keys.key.clone(), token.clone(), ttl.millis)),
+                &self.background,
+            ),
+            (None, Some(counter_key)) => Round::start(
                 self.nodes.iter().map(|node| {
-                    node.acquire_fenced(key.clone(), counter_key.clone(), token.clone(), ttl.millis)
+                    node.acquire_fenced(
+                        keys.key.clone(),
+                        counter_key.clone(),
+                        token.clone(),
+                        ttl.millis,
+                    )
                 }),
                 &self.background,
             ),
@@ -353,10 +385,11 @@ impl Inner {
         .counting(self.contact.counted(&self.nodes));
         AcquireRound {
             inner: self.clone(),
-            key: key.clone(),
+            keys: keys.clone(),
             token,
             round,
             settled: false,
+            waiter: waiter.map(|(waiter, _)| waiter.clone()),
         }
     }
 
@@ -373,56 +406,53 @@ impl Inner {
         round
     }
 
-    /// The release script, sent to every node. Returns when `until` says so;
-    /// the other nodes get the request in the background.
-    ///
-    /// With `announce` (the release of a held lock), each deletion is
-    /// published to clients waiting for the key. The cleanup of a lost round
-    /// is not announced: waiters in other clients would all wake at once for
-    /// a lock that is still held.
-    ///
-    /// A `turn` in the waiting room passes on as soon as the release requests
-    /// are handed to the node connections, before their answers: the next
-    /// waiter's acquire then follows the release on each connection.
+    /// The release script, sent to every node (or only to those marked in
+    /// `send_to`). Returns when `until` says so; the other nodes get the
+    /// request in the background. Where the key held our token, the node
+    /// hands it on to its first waiter (see `queue.rs`); `place` says what
+    /// becomes of a waiter's own entry.
     pub(crate) async fn release_round(
         &self,
-        key: &Arc<[u8]>,
+        keys: &LockKeys,
         token: &Arc<str>,
         until: Until,
-        turn: Option<Turn>,
-        announce: bool,
+        place: Place,
+        send_to: Option<&[bool]>,
     ) -> Round {
-        let calls = self
-            .nodes
-            .iter()
-            .map(|node| node.release(key.clone(), token.clone(), announce));
-        let mut round = Round::start(calls, &self.background);
-        {
-            let mut collecting = std::pin::pin!(round.collect(until));
-            // The first poll sends every request.
-            let sent = futures::poll!(collecting.as_mut());
-            drop(turn);
-            if sent.is_pending() {
-                collecting.await;
+        let calls = self.nodes.iter().enumerate().map(|(index, node)| {
+            let call = send_to
+                .is_none_or(|send_to| send_to[index])
+                .then(|| node.release(keys, token.clone(), place.clone()));
+            async move {
+                match call {
+                    Some(call) => call.await,
+                    None => Ok(false),
+                }
             }
-        }
+        });
+        let mut round = Round::start(calls, &self.background);
+        round.collect(until).await;
         round
     }
 
     /// The acquire loop behind `lock` (`retries` > 0) and `try_lock` (0).
-    /// With retries, callers of this client wait their turn for the resource
-    /// (see `waiting.rs`) before talking to the nodes.
+    /// A caller of `lock` waits in the queue on the nodes (see `queue.rs`)
+    /// from its first round on, until its patience ends.
     async fn acquire(
         self: &Arc<Self>,
         resource: &[u8],
         ttl: Duration,
         retries: u32,
     ) -> Result<LockGuard> {
-        let deadline = self
-            .config
-            .acquire_timeout
-            .and_then(|timeout| Instant::now().checked_add(timeout));
-        let key = self.key_for(resource)?;
+        let called = Instant::now();
+        let deadline = if retries == 0 {
+            self.config
+                .acquire_timeout
+                .and_then(|timeout| called.checked_add(timeout))
+        } else {
+            Some(called + self.config.patience())
+        };
+        let keys = Arc::new(LockKeys::new(self.key_for(resource)?));
         let ttl = self.check_ttl(ttl)?;
         Error::ensure_runtime()?;
         match self.contact.ensure(&self.nodes, deadline).await {
@@ -444,37 +474,34 @@ impl Inner {
         }
         let span = tracing::debug_span!("quorlock.lock", resource = %show_resource(resource), ttl_ms = ttl.millis);
         async move {
-            let (mut turn, retries) = if retries == 0 {
-                (None, 0)
-            } else {
-                let wait_until = deadline.unwrap_or_else(|| self.retry_budget_end(retries));
-                match self.waiting.enter(&key, wait_until).await {
-                    Some(turn) => (Some(turn), retries),
-                    // Out of time behind other callers of this client: no
-                    // round may start after the deadline.
-                    None => {
-                        return Err(Error::Contended {
-                            resource: show_resource(resource),
-                            votes: Votes::new(self.nodes.len()),
-                            attempts: 0,
-                            source: None,
-                        });
-                    }
-                }
-            };
-            // Set once a round finds the lock held elsewhere (with retries left).
-            let mut listening: Option<Listening> = None;
+            // A caller of `lock` waits in the queue as this waiter; its entry
+            // goes when the call ends, however it ends.
+            let mut waiting = (retries > 0).then(|| Waiting {
+                inner: self.clone(),
+                keys: keys.clone(),
+                waiter: new_token(),
+                ticket: 0,
+                listening: None,
+                joined: false,
+                rewrite: false,
+            });
             let mut attempt: u32 = 0;
             loop {
                 attempt = attempt.saturating_add(1);
-                // A release during this round then still wakes the pause after it.
-                if let Some(listening) = &mut listening {
-                    listening.mark_seen();
+                if let Some(listening) = waiting.as_mut().and_then(|w| w.listening.as_mut()) {
+                    listening.clear();
                 }
                 // Dropped mid-round (this future cancelled), `acquiring` finishes
                 // in the background and then releases whatever it set.
                 let start = Instant::now();
-                let mut acquiring = self.start_acquire_round(&key, ttl);
+                let mut acquiring = self.start_acquire_round(
+                    &keys,
+                    ttl,
+                    waiting.as_ref().map(|w| (&w.waiter, w.ticket)),
+                );
+                if let Some(waiting) = &mut waiting {
+                    waiting.joined = true;
+                }
                 acquiring.round.collect(Until::Decided).await;
                 let elapsed = start.elapsed();
                 let votes = acquiring.round.votes;
@@ -492,7 +519,7 @@ impl Inner {
                     let highest = acquiring.round.highest_counter();
                     match self
                         .fence(
-                            &key,
+                            &keys.key,
                             &acquiring.token,
                             &acquiring.round.answers,
                             highest,
@@ -502,63 +529,102 @@ impl Inner {
                         .await
                     {
                         Ok(fencing_token) => {
-                            return Ok(acquiring.won(
-                                resource.len(),
-                                ttl,
-                                start,
-                                turn.take(),
-                                fencing_token,
-                            ));
+                            if let Some(waiting) = waiting.take() {
+                                waiting.won(acquiring.round.finish_later());
+                            }
+                            return Ok(acquiring.won(resource.len(), ttl, start, fencing_token));
                         }
                         Err(failure) => Some(failure),
                     }
                 } else {
                     None
                 };
-                acquiring.release().await;
+                // The round is lost. A waiter keeps its place: the highest
+                // ticket a node gave it is its ticket from now on, and a node
+                // that gave another (or set the key) learns it next round.
+                let (highest, agree) = acquiring.round.tickets();
+                let place = match &mut waiting {
+                    Some(waiting) => {
+                        let ticket = waiting.ticket.max(highest.unwrap_or(0));
+                        waiting.rewrite = highest.is_some_and(|high| !agree || high != ticket)
+                            || (ticket == 0 && votes.granted > 0);
+                        waiting.ticket = ticket;
+                        Place::Keep(waiting.waiter.clone(), ticket)
+                    }
+                    None => Place::None,
+                };
+                acquiring.release(place).await;
                 let failure = match failure {
                     Some(failure) => failure.into_error(resource, attempt),
                     None => acquire_failure(resource, &mut acquiring.round, elapsed, attempt),
                 };
-                if attempt > retries {
+                let (Some(waiting), Some(deadline)) = (&mut waiting, deadline) else {
+                    return Err(failure);
+                };
+                if Instant::now() >= deadline {
                     return Err(failure);
                 }
-                let unit = rand::rng().random::<f64>();
-                let delay =
-                    quorum::jittered(self.config.retry_delay, self.config.retry_jitter, unit);
-                if deadline.is_some_and(|deadline| Instant::now() + delay >= deadline) {
-                    return Err(failure);
-                }
-                if listening.is_none()
-                    && failure.is_contended()
-                    && self.config.release_notifications
-                {
-                    listening = Some(self.notifications.listen(&key));
-                }
-                // Retry after the pause, or as soon as the holder releases.
-                match &mut listening {
-                    Some(listening) => {
-                        tokio::select! {
-                            _ = tokio::time::sleep(delay) => {}
-                            _ = listening.released() => {
-                                // Every waiter of every client hears the same
-                                // release: spread their rounds a little, or
-                                // they split the votes among themselves.
-                                let spread = rand::rng().random_range(0..=2_000);
-                                tokio::time::sleep(Duration::from_micros(spread)).await;
-                            }
-                        }
+                if failure.is_contended() {
+                    if waiting.listening.is_none() && self.config.release_notifications {
+                        waiting.listening =
+                            Some(self.notifications.listen(&keys.key, &waiting.waiter));
                     }
-                    None => tokio::time::sleep(delay).await,
+                    if !std::mem::take(&mut waiting.rewrite) {
+                        self.await_handoff(waiting.listening.as_mut(), deadline)
+                            .await;
+                    }
+                } else {
+                    // Too few nodes answered, or too slowly: pause before the next round.
+                    let unit = rand::rng().random::<f64>();
+                    let delay =
+                        quorum::jittered(self.config.retry_delay, self.config.retry_jitter, unit);
+                    tokio::time::sleep_until((Instant::now() + delay).min(deadline).into()).await;
                 }
-                // The spread after a wake-up may have crossed the deadline.
-                if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                // No round starts after the deadline.
+                if Instant::now() >= deadline {
                     return Err(failure);
                 }
             }
         }
         .instrument(span)
         .await
+    }
+
+    /// Waits until the lock is reserved for this waiter on a quorum of
+    /// nodes (or on some, [`CLAIM_GRACE`](queue::CLAIM_GRACE) after the first
+    /// said so), until its next refresh round is due, or until `deadline`.
+    /// Without notifications it waits for the refresh round alone, which
+    /// comes after the jittered retry delay if that is shorter.
+    async fn await_handoff(&self, listening: Option<&mut Listening>, deadline: Instant) {
+        let refresh = match listening {
+            Some(_) => queue::REFRESH_INTERVAL,
+            None => {
+                let unit = rand::rng().random::<f64>();
+                quorum::jittered(self.config.retry_delay, self.config.retry_jitter, unit)
+                    .min(queue::REFRESH_INTERVAL)
+            }
+        };
+        let wake = (Instant::now() + refresh).min(deadline);
+        let Some(listening) = listening else {
+            tokio::time::sleep_until(wake.into()).await;
+            return;
+        };
+        let quorum = quorum::quorum(self.nodes.len());
+        let mut claim_at: Option<Instant> = None;
+        loop {
+            let reserved = listening.reserved();
+            if reserved >= quorum {
+                return;
+            }
+            if reserved > 0 && claim_at.is_none() {
+                claim_at = Some(Instant::now() + queue::CLAIM_GRACE);
+            }
+            let until = claim_at.map_or(wake, |claim_at| claim_at.min(wake));
+            tokio::select! {
+                _ = listening.changed() => {}
+                _ = tokio::time::sleep_until(until.into()) => return,
+            }
+        }
     }
 
     /// With fencing on, completes a won acquire round (`won`: its answers):
@@ -615,20 +681,6 @@ impl Inner {
             Err(FenceFailure { round, elapsed })
         }
     }
-
-    /// When `retries` rounds with their pauses would be over at the latest:
-    /// how long a caller without an acquire timeout waits for its turn.
-    fn retry_budget_end(&self, retries: u32) -> Instant {
-        let config = &self.config;
-        let per_round = config
-            .retry_delay
-            .saturating_add(config.retry_jitter)
-            .saturating_add(config.node_timeout.saturating_mul(2));
-        let budget = per_round
-            .saturating_mul(retries.saturating_add(1))
-            .min(Duration::from_secs(3600));
-        Instant::now() + budget
-    }
 }
 
 /// Why a fenced acquisition failed after its quorum: the write-back round's
@@ -644,18 +696,92 @@ impl FenceFailure {
     }
 }
 
+/// A `lock` call's place in the queue on the nodes. Dropped (the call ends
+/// without the lock: it gave up, or its future was dropped), it leaves the
+/// queue on every node in the background.
+struct Waiting {
+    inner: Arc<Inner>,
+    keys: Arc<LockKeys>,
+    waiter: Arc<str>,
+    /// The ticket every node should hold for this waiter; 0 before any gave one.
+    ticket: u64,
+    listening: Option<Listening>,
+    /// Whether a round of this waiter went out (so that nodes may queue it).
+    joined: bool,
+    /// Set when nodes hold other tickets than `ticket`: the next round goes
+    /// at once, to write it.
+    rewrite: bool,
+}
+
+impl Waiting {
+    /// The lock is ours: the grants removed our entry on the nodes that
+    /// granted; once the round's last answers are in (`answers`), the other
+    /// nodes (queued, failed, slow) drop it in the background.
+    fn won(mut self, answers: impl Future<Output = Vec<Answer>> + Send + 'static) {
+        self.joined = false;
+        let (inner, keys, waiter) = (self.inner.clone(), self.keys.clone(), self.waiter.clone());
+        let leave = async move {
+            let send_to: Vec<bool> = answers
+                .await
+                .iter()
+                .map(|answer| *answer != Answer::Granted)
+                .collect();
+            if send_to.iter().any(|&send| send) {
+                leave(&inner, &keys, &waiter, Some(&send_to)).await;
+            }
+        };
+        if !self.inner.background.spawn(leave) {
+            tracing::debug!("lock call ended outside a tokio runtime: its queue entries expire");
+        }
+    }
+
+    /// Leaves the queue on every node, in the background.
+    fn leave_all(&self) {
+        let (inner, keys, waiter) = (self.inner.clone(), self.keys.clone(), self.waiter.clone());
+        let leave = async move { leave(&inner, &keys, &waiter, None).await };
+        if !self.inner.background.spawn(leave) {
+            tracing::debug!("lock call ended outside a tokio runtime: its queue entries expire");
+        }
+    }
+}
+
+/// Takes `waiter` out of the queue on every node (or those in `send_to`),
+/// passing on a reservation made for it.
+async fn leave(inner: &Inner, keys: &LockKeys, waiter: &Arc<str>, send_to: Option<&[bool]>) {
+    // The waiter id is never a token: only a reservation for it matches.
+    inner
+        .release_round(
+            keys,
+            waiter,
+            Until::All,
+            Place::Leave(waiter.clone()),
+            send_to,
+        )
+        .await;
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if self.joined {
+            self.leave_all();
+        }
+    }
+}
+
 /// One acquire round and the token it asked for. Until it is won or
 /// released, dropping it (the `lock` call was cancelled mid-round) leaves a
 /// background task that waits for every node's answer to the round, so that
-/// no `SET` of it can land afterwards, and then releases the key on every
-/// node.
+/// no `SET` (or queue entry) of it can land afterwards, and then releases
+/// the key on every node, and takes the waiter out of the queue.
 struct AcquireRound {
     inner: Arc<Inner>,
-    key: Arc<[u8]>,
+    keys: Arc<LockKeys>,
     token: Arc<str>,
     round: Round,
     /// Won (a guard took over the keys) or released.
     settled: bool,
+    /// The waiter whose round this is, for a `lock` call.
+    waiter: Option<Arc<str>>,
 }
 
 impl AcquireRound {
@@ -665,45 +791,49 @@ impl AcquireRound {
         resource_len: usize,
         ttl: Ttl,
         start: Instant,
-        turn: Option<Turn>,
         fencing_token: Option<u64>,
     ) -> LockGuard {
         self.settled = true;
         LockGuard::acquired(
             self.inner.clone(),
-            self.key.clone(),
+            self.keys.clone(),
             resource_len,
             self.token.clone(),
             ttl,
             start,
-            turn,
             fencing_token,
         )
     }
 
     /// Releases a round that did not win. Every node answers the round (or
     /// times out) first, so that no `SET` of it can land after the release
-    /// reached its node. The release goes to every node (a `SET` that timed
-    /// out may still have landed), and this returns once the nodes that
-    /// granted have answered it (each bounded by the per-node timeout); the
-    /// others answer in the background.
-    async fn release(&mut self) {
+    /// reached its node. The release goes to every node that did not refuse
+    /// (one that timed out may still have set the key; one that refused
+    /// cannot have), with `place` for the waiter's entry, and this returns
+    /// once the nodes that granted have answered it (each bounded by the
+    /// per-node timeout); the others answer in the background.
+    async fn release(&mut self, place: Place) {
         self.round.collect(Until::All).await;
-        let awaited = self
-            .round
-            .answers
+        let answers = &self.round.answers;
+        let send_to: Vec<bool> = answers
             .iter()
-            .map(|answer| *answer == Answer::Granted)
+            .map(|answer| *answer != Answer::Refused)
             .collect();
-        self.inner
-            .release_round(
-                &self.key,
-                &self.token,
-                Until::Answered(awaited),
-                None,
-                false,
-            )
-            .await;
+        if send_to.iter().any(|&send| send) {
+            let awaited = answers
+                .iter()
+                .map(|answer| *answer == Answer::Granted)
+                .collect();
+            self.inner
+                .release_round(
+                    &self.keys,
+                    &self.token,
+                    Until::Answered(awaited),
+                    place,
+                    Some(&send_to),
+                )
+                .await;
+        }
         self.settled = true;
     }
 }
@@ -714,16 +844,17 @@ impl Drop for AcquireRound {
             return;
         }
         let stragglers = self.round.take_pending();
-        let (inner, key, token) = (self.inner.clone(), self.key.clone(), self.token.clone());
+        let (inner, keys, token) = (self.inner.clone(), self.keys.clone(), self.token.clone());
+        let place = self.waiter.take().map_or(Place::None, Place::Leave);
         let cleanup = async move {
             stragglers.await;
             inner
-                .release_round(&key, &token, Until::All, None, false)
+                .release_round(&keys, &token, Until::All, place, None)
                 .await;
         };
         if !self.inner.background.spawn(cleanup) {
             tracing::warn!(
-                resource = %show_resource(&self.key),
+                resource = %show_resource(&self.keys.key),
                 "lock call dropped outside a tokio runtime; keys its round set expire by their ttl"
             );
         }

@@ -48,6 +48,9 @@ pub(crate) enum Reply {
     Granted(Option<u64>),
     /// No.
     Refused,
+    /// No: the lock is not free for this waiter, which is queued under
+    /// this ticket.
+    Queued(u64),
 }
 
 impl From<bool> for Reply {
@@ -69,8 +72,9 @@ pub(crate) struct Round {
     pub(crate) votes: Votes,
     /// Each node's answer so far, by index.
     pub(crate) answers: Vec<Answer>,
-    /// The fencing counter each granting node returned, by index.
-    pub(crate) counters: Vec<Option<u64>>,
+    /// The number each node returned, by index: its fencing counter for a
+    /// grant, the waiter's ticket for a queued refusal.
+    numbers: Vec<Option<u64>>,
     /// The last error a node answered with, if any.
     pub(crate) last_error: Option<NodeError>,
     pending: FuturesUnordered<Call>,
@@ -103,7 +107,7 @@ impl Round {
         Round {
             votes: Votes::new(nodes),
             answers: vec![Answer::Pending; nodes],
-            counters: vec![None; nodes],
+            numbers: vec![None; nodes],
             last_error: None,
             pending,
             background: background.clone(),
@@ -116,6 +120,25 @@ impl Round {
     /// finishes them itself.
     pub(crate) fn take_pending(&mut self) -> impl Future<Output = ()> + Send + 'static {
         std::mem::take(&mut self.pending).for_each(|_| async {})
+    }
+
+    /// Takes the calls still under way, for a caller that needs every
+    /// node's answer after the round ended: the returned future finishes
+    /// them and gives each node's final answer (a grant that does not count
+    /// is still `Granted`).
+    pub(crate) fn finish_later(&mut self) -> impl Future<Output = Vec<Answer>> + Send + 'static {
+        let mut answers = self.answers.clone();
+        let mut pending = std::mem::take(&mut self.pending);
+        async move {
+            while let Some((index, answer)) = pending.next().await {
+                answers[index] = match answer {
+                    Ok(Reply::Granted(_)) => Answer::Granted,
+                    Ok(Reply::Refused | Reply::Queued(_)) => Answer::Refused,
+                    Err(_) => Answer::Failed,
+                };
+            }
+            answers
+        }
     }
 
     /// Counts grants only from the nodes marked `Ok` (`None`: all). A grant
@@ -147,11 +170,16 @@ impl Round {
                     }
                 }
                 self.answers[index] = Answer::Granted;
-                self.counters[index] = counter;
+                self.numbers[index] = counter;
             }
             Ok(Reply::Refused) => {
                 self.votes.record(Some(false));
                 self.answers[index] = Answer::Refused;
+            }
+            Ok(Reply::Queued(ticket)) => {
+                self.votes.record(Some(false));
+                self.answers[index] = Answer::Refused;
+                self.numbers[index] = Some(ticket);
             }
             Err(err) => {
                 tracing::trace!(error = %err, "node failed");
@@ -164,16 +192,32 @@ impl Round {
 
     /// The highest fencing counter among the granting nodes whose grant counts.
     pub(crate) fn highest_counter(&self) -> Option<u64> {
-        self.counters
+        self.numbers
             .iter()
             .enumerate()
             .filter(|(index, _)| {
-                self.counted
-                    .as_ref()
-                    .is_none_or(|counted| counted[*index].is_ok())
+                self.answers[*index] == Answer::Granted
+                    && self
+                        .counted
+                        .as_ref()
+                        .is_none_or(|counted| counted[*index].is_ok())
             })
             .filter_map(|(_, counter)| *counter)
             .max()
+    }
+
+    /// The tickets that the nodes which queued the waiter gave it: the
+    /// highest, and whether they all gave that one.
+    pub(crate) fn tickets(&self) -> (Option<u64>, bool) {
+        let mut highest: Option<u64> = None;
+        let mut agree = true;
+        for (answer, number) in self.answers.iter().zip(&self.numbers) {
+            if let (Answer::Refused, Some(ticket)) = (answer, *number) {
+                agree &= highest.is_none_or(|high| high == ticket);
+                highest = Some(highest.map_or(ticket, |high| high.max(ticket)));
+            }
+        }
+        (highest, agree)
     }
 
     fn is_over(&self, until: &Until) -> bool {

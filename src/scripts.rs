@@ -8,21 +8,154 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Deletes `KEYS[1]` only while it holds our token `ARGV[1]`; with an
-/// `ARGV[2]` (the release of a held lock, not the cleanup of a lost round), it
-/// then publishes on the channel named after the key, so that clients waiting
-/// for it retry at once. Returns 1 when it deleted the key, 0 when the key was
-/// absent or held under another token.
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_CODE));
-const RELEASE_CODE: &str = r#"if redis.call("get", KEYS[1]) == ARGV[1] then
-    redis.call("del", KEYS[1])
-    if ARGV[2] then
-        redis.call("publish", KEYS[1], "released")
+/// The Lua shared by the scripts that touch the queue of waiters (see
+/// `queue.rs`): the node's clock, the queue's first live waiter, handing a
+/// free key on to it, and putting a waiter in the queue.
+macro_rules! queue_lua {
+    () => {
+        r#"local reserved_prefix = "quorlock-next:"
+local clock = nil
+local function now_ms()
+    if not clock then
+        local time = redis.call("time")
+        clock = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
     end
+    return clock
+end
+local function head(queue, alive)
+    while true do
+        local first = redis.call("zrange", queue, 0, 0)[1]
+        if not first then
+            return nil, 0
+        end
+        local until_ms = tonumber(redis.call("hget", alive, first) or "0")
+        if until_ms > now_ms() then
+            return first, until_ms
+        end
+        redis.call("zrem", queue, first)
+        redis.call("hdel", alive, first)
+    end
+end
+local function reserve(key, first, until_ms)
+    redis.call("set", key, reserved_prefix .. first, "PX", string.format("%d", until_ms - now_ms()))
+    redis.call("publish", key, first)
+end
+local function hand_on(key, queue, alive)
+    local first, until_ms = head(queue, alive)
+    if first then
+        reserve(key, first, until_ms)
+    else
+        redis.call("del", key)
+    end
+end
+local function enqueue(queue, alive, waiter, ticket, lifetime)
+    if ticket <= 0 then
+        local existing = redis.call("zscore", queue, waiter)
+        if existing then
+            ticket = tonumber(existing)
+        else
+            local last = redis.call("zrange", queue, -1, -1, "withscores")
+            ticket = math.floor(tonumber(last[2] or "0")) + 1
+        end
+    end
+    redis.call("zadd", queue, string.format("%d", ticket), waiter)
+    redis.call("hset", alive, waiter, string.format("%d", now_ms() + lifetime))
+    for _, name in ipairs({queue, alive}) do
+        if redis.call("pttl", name) < lifetime then
+            redis.call("pexpire", name, lifetime)
+        end
+    end
+    return ticket
+end
+"#
+    };
+}
+
+/// Takes the lock for a waiter in the queue, or queues it. `KEYS`: the lock
+/// key, the queue (a sorted set of waiter ids by ticket), the waiters'
+/// lifetimes (a hash of node-clock milliseconds) and, with fencing on, the
+/// fencing counter. `ARGV`: token, TTL in ms, waiter id, ticket (0: join at
+/// the back), waiter lifetime in ms.
+///
+/// Sets the key (`SET PX`) only when it is absent and the waiter is the
+/// queue's first live entry (or the queue is empty), or when it holds this
+/// waiter's reservation; a reservation for a waiter that is no longer first
+/// is void and passes to the first. Granted: `{1, counter}` (the incremented
+/// fencing counter, seeded from `TIME` when missing, or 0 without fencing),
+/// and the waiter leaves the queue. Otherwise the waiter is put in the queue
+/// (or refreshed there) under its ticket: `{0, ticket}`. A key of another
+/// type fails with `WRONGTYPE`.
+pub(crate) static WAIT: LazyLock<Script> = LazyLock::new(|| Script::new(WAIT_CODE));
+const WAIT_CODE: &str = concat!(
+    queue_lua!(),
+    r#"local value = redis.call("get", KEYS[1])
+local waiter = ARGV[3]
+local first, until_ms = head(KEYS[2], KEYS[3])
+if value and string.sub(value, 1, #reserved_prefix) == reserved_prefix
+    and string.sub(value, #reserved_prefix + 1) ~= first then
+    if first and first ~= waiter then
+        reserve(KEYS[1], first, until_ms)
+        value = reserved_prefix .. first
+    else
+        redis.call("del", KEYS[1])
+        value = nil
+    end
+end
+if (not value and (not first or first == waiter)) or value == reserved_prefix .. waiter then
+    redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2])
+    if first then
+        redis.call("zrem", KEYS[2], waiter)
+        redis.call("hdel", KEYS[3], waiter)
+    end
+    if KEYS[4] then
+        if redis.call("exists", KEYS[4]) == 0 then
+            local time = redis.call("time")
+            redis.call("set", KEYS[4], tonumber(time[1]) * 1000000 + tonumber(time[2]))
+        end
+        return {1, redis.call("incr", KEYS[4])}
+    end
+    return {1, 0}
+end
+return {0, enqueue(KEYS[2], KEYS[3], waiter, tonumber(ARGV[4]), tonumber(ARGV[5]))}"#
+);
+
+/// Gives up our hold on `KEYS[1]` (the lock key; `KEYS[2]`, `KEYS[3]`: its
+/// queue and waiter lifetimes): only while the key holds our token `ARGV[1]`,
+/// it hands the key on to the queue's first live waiter (a reservation that
+/// lives as long as that waiter's entry, published on the channel named
+/// after the key with the waiter id as message), or deletes it when nobody
+/// waits. Returns 1 when the key held our token, 0 otherwise.
+///
+/// With a waiter id `ARGV[2]` and `ARGV[3]`: a ticket `>= 0` (the cleanup of
+/// a lost round) first puts the waiter back in the queue under that ticket
+/// (0: at the back) when the key held our token, so that it keeps its place;
+/// `-1` (the waiter leaves: it gave up, was cancelled or won) removes the
+/// waiter from the queue and also hands on a reservation made for it.
+/// `ARGV[4]`: the waiter lifetime in ms.
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_CODE));
+const RELEASE_CODE: &str = concat!(
+    queue_lua!(),
+    r#"local value = redis.call("get", KEYS[1])
+local ours = value == ARGV[1]
+local waiter = ARGV[2]
+if waiter then
+    local ticket = tonumber(ARGV[3])
+    if ticket < 0 then
+        redis.call("zrem", KEYS[2], waiter)
+        redis.call("hdel", KEYS[3], waiter)
+        ours = ours or value == reserved_prefix .. waiter
+    elseif ours then
+        enqueue(KEYS[2], KEYS[3], waiter, ticket, tonumber(ARGV[4]))
+    end
+end
+if ours then
+    hand_on(KEYS[1], KEYS[2], KEYS[3])
+end
+if value == ARGV[1] then
     return 1
-else
-    return 0
-end"#;
+end
+return 0"#
+);
 
 /// Resets the TTL of `KEYS[1]` to `ARGV[2]` milliseconds only while it holds our
 /// token `ARGV[1]`. Returns 1 when extended, 0 otherwise. It never deletes.
@@ -80,12 +213,13 @@ return 1"#;
 pub(crate) fn for_client(fencing: bool) -> &'static [&'static str] {
     if fencing {
         &[
+            WAIT_CODE,
             RELEASE_CODE,
             EXTEND_CODE,
             ACQUIRE_FENCED_CODE,
             FENCE_WRITE_BACK_CODE,
         ]
     } else {
-        &[RELEASE_CODE, EXTEND_CODE]
+        &[WAIT_CODE, RELEASE_CODE, EXTEND_CODE]
     }
 }

@@ -1,0 +1,312 @@
+//! The queue of waiters on the nodes: first come first served across
+//! clients, waiters that go away stop blocking, nodes that disagree about the
+//! queue do not stop the lock, and a `lock` call's patience is time. (The
+//! multi-process fairness runs are in `tests/fairness.rs`.)
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use quorlock::{Redlock, WAITER_LIFETIME};
+use support::{RedisServer, builder, eventually, servers};
+
+const TTL: Duration = Duration::from_secs(10);
+/// Generous: these bound hangs, not speed.
+const PATIENT: Duration = Duration::from_secs(30);
+
+fn patient_client(nodes: &[RedisServer]) -> Redlock {
+    builder(nodes).acquire_timeout(PATIENT).build().unwrap()
+}
+
+/// How many waiters each node has queued for `resource`.
+fn queued(nodes: &[RedisServer], redlock: &Redlock, resource: &str) -> Vec<i64> {
+    let mut queue = redlock.key(resource).unwrap();
+    queue.extend_from_slice(b":quorlock-queue");
+    nodes
+        .iter()
+        .map(|node| {
+            if !node.is_running() {
+                return -1;
+            }
+            redis::cmd("ZCARD")
+                .arg(&queue)
+                .query(&mut node.connection())
+                .unwrap_or(-1)
+        })
+        .collect()
+}
+
+/// Waits until every running node in `on` queues `count` waiters.
+async fn wait_queued(
+    nodes: &[RedisServer],
+    on: &[usize],
+    redlock: &Redlock,
+    resource: &str,
+    count: i64,
+) {
+    let reached = eventually(Duration::from_secs(10), || {
+        let queued = queued(nodes, redlock, resource);
+        on.iter().all(|&index| queued[index] == count)
+    })
+    .await;
+    assert!(
+        reached,
+        "expected {count} queued on nodes {on:?}, got {:?}",
+        queued(nodes, redlock, resource)
+    );
+}
+
+/// Counts holders in memory: never more than one at a time.
+#[derive(Clone, Default)]
+struct Holders {
+    inside: Arc<AtomicUsize>,
+    overlaps: Arc<AtomicUsize>,
+}
+
+impl Holders {
+    async fn hold(&self, redlock: &Redlock, resource: &str, for_: Duration) -> Instant {
+        let guard = redlock.lock(resource, TTL).await.expect("lock");
+        let got = Instant::now();
+        if self.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        tokio::time::sleep(for_).await;
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+        guard.unlock().await.expect("unlock");
+        got
+    }
+}
+
+/// Waiters of three clients that queue one after the other get the lock in
+/// that order when it is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_different_clients_are_served_in_arrival_order() {
+    let nodes = servers(3);
+    let holder = patient_client(&nodes);
+    let guard = holder.lock("queue:order", TTL).await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for (index, name) in ["a", "b", "c", "d"].into_iter().enumerate() {
+        let client = patient_client(&nodes);
+        let order = order.clone();
+        waiters.push(tokio::spawn({
+            let client = client.clone();
+            async move {
+                let guard = client.lock("queue:order", TTL).await.unwrap();
+                order.lock().unwrap().push(name);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                guard.unlock().await.unwrap();
+            }
+        }));
+        wait_queued(&nodes, &[0, 1, 2], &client, "queue:order", index as i64 + 1).await;
+    }
+    guard.unlock().await.unwrap();
+    for waiter in waiters {
+        tokio::time::timeout(PATIENT, waiter)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), ["a", "b", "c", "d"]);
+    wait_queued(&nodes, &[0, 1, 2], &holder, "queue:order", 0).await;
+}
+
+/// A waiter whose `lock` future is dropped leaves the queue at once: the
+/// waiter behind it gets the released lock without waiting for the dropped
+/// one's entry to expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_lock_call_leaves_the_queue_at_once() {
+    let nodes = servers(3);
+    let holder = patient_client(&nodes);
+    let guard = holder.lock("queue:dropped", TTL).await.unwrap();
+    let first = patient_client(&nodes);
+    let dropped = tokio::spawn({
+        let first = first.clone();
+        async move { first.lock("queue:dropped", TTL).await.map(drop) }
+    });
+    wait_queued(&nodes, &[0, 1, 2], &holder, "queue:dropped", 1).await;
+    let second = patient_client(&nodes);
+    let waiting = tokio::spawn({
+        let second = second.clone();
+        async move {
+            let guard = second.lock("queue:dropped", TTL).await.unwrap();
+            let got = Instant::now();
+            guard.unlock().await.unwrap();
+            got
+        }
+    });
+    wait_queued(&nodes, &[0, 1, 2], &holder, "queue:dropped", 2).await;
+    dropped.abort();
+    wait_queued(&nodes, &[0, 1, 2], &holder, "queue:dropped", 1).await;
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+    let got = tokio::time::timeout(PATIENT, waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        got - released < WAITER_LIFETIME / 2,
+        "served {:?} after the release",
+        got - released
+    );
+}
+
+/// An entry lost on one node (deleted behind the client's back), a node
+/// restarted empty while waiters queue, and a frozen node: every waiter
+/// still gets the lock, one at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_that_disagree_about_the_queue_do_not_stop_the_lock() {
+    let mut nodes = servers(5);
+    let holders = Holders::default();
+    let holder = patient_client(&nodes);
+    let guard = holder.lock("queue:disagree", TTL).await.unwrap();
+    let clients: Vec<Redlock> = (0..4).map(|_| patient_client(&nodes)).collect();
+    let mut waiters = Vec::new();
+    for (index, client) in clients.iter().enumerate() {
+        let (client, holders) = (client.clone(), holders.clone());
+        waiters.push(tokio::spawn(async move {
+            for _ in 0..3 {
+                holders
+                    .hold(&client, "queue:disagree", Duration::from_millis(10))
+                    .await;
+            }
+        }));
+        wait_queued(
+            &nodes,
+            &[0, 1, 2, 3, 4],
+            &holder,
+            "queue:disagree",
+            index as i64 + 1,
+        )
+        .await;
+    }
+    // The first waiter's entry is lost on node 0; node 1 restarts empty
+    // (it also loses the holder's key); node 2 freezes.
+    let mut queue = holder.key("queue:disagree").unwrap();
+    queue.extend_from_slice(b":quorlock-queue");
+    let first: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+        .arg(&queue)
+        .arg(0)
+        .arg(0)
+        .query(&mut nodes[0].connection())
+        .unwrap();
+    let _: i64 = redis::cmd("ZREM")
+        .arg(&queue)
+        .arg(&first[0])
+        .query(&mut nodes[0].connection())
+        .unwrap();
+    nodes[1].restart();
+    nodes[2].pause();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    guard.unlock().await.unwrap();
+    let all = async {
+        for waiter in waiters {
+            waiter.await.unwrap();
+        }
+    };
+    let finished = tokio::time::timeout(Duration::from_secs(60), all).await;
+    nodes[2].resume();
+    assert!(finished.is_ok(), "waiters stuck");
+    assert_eq!(holders.overlaps.load(Ordering::SeqCst), 0);
+}
+
+/// A `lock` call under continuous contention (a holder that knows nothing
+/// of the queue keeps the key and announces a "release" every 20 ms, as a
+/// busy lock wakes waiters) gives up only once its patience, retry count ×
+/// retry delay, has passed: wake-ups are not retries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_under_continuous_contention_waits_its_whole_patience() {
+    let nodes = servers(3);
+    let (retries, delay) = (5, Duration::from_millis(100));
+    let patience = delay * retries;
+    let redlock = builder(&nodes)
+        .retry_count(retries)
+        .retry_delay(delay)
+        .build()
+        .unwrap();
+    let key = redlock.key("queue:patience").unwrap();
+    for node in &nodes {
+        node.set_px(&key, "foreign-holder", 60_000);
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = std::thread::spawn({
+        let (urls, key, stop) = (support::urls(&nodes), key.clone(), stop.clone());
+        move || {
+            let mut connections: Vec<redis::Connection> = urls
+                .iter()
+                .map(|url| {
+                    redis::Client::open(url.as_str())
+                        .unwrap()
+                        .get_connection()
+                        .unwrap()
+                })
+                .collect();
+            let mut turn = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                turn += 1;
+                for connection in &mut connections {
+                    let _: () = redis::pipe()
+                        .cmd("SET")
+                        .arg(&key)
+                        .arg(format!("foreign-holder-{turn}"))
+                        .arg("PX")
+                        .arg(60_000)
+                        .ignore()
+                        .cmd("PUBLISH")
+                        .arg(&key)
+                        .arg("released")
+                        .ignore()
+                        .query(connection)
+                        .unwrap();
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    });
+    let started = Instant::now();
+    let outcome = redlock.lock("queue:patience", TTL).await;
+    let waited = started.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    churn.join().unwrap();
+    let err = outcome.expect_err("the key never came free");
+    assert!(err.is_contended(), "got {err}");
+    assert!(
+        waited >= patience && waited < patience + Duration::from_secs(2),
+        "gave up after {waited:?}, patience {patience:?}"
+    );
+    // The acquire timeout is the patience when set.
+    let timeout = Duration::from_millis(300);
+    let timed = builder(&nodes).acquire_timeout(timeout).build().unwrap();
+    let started = Instant::now();
+    assert!(
+        timed
+            .lock("queue:patience", TTL)
+            .await
+            .unwrap_err()
+            .is_contended()
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= timeout && waited < timeout + Duration::from_secs(2),
+        "gave up after {waited:?}"
+    );
+    timed.flush().await;
+    redlock.flush().await;
+    wait_queued(&nodes, &[0, 1, 2], &redlock, "queue:patience", 0).await;
+}
+
+/// Locking a resource whose key would be another lock's queue is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_keys_are_not_resources() {
+    let nodes = servers(1);
+    let redlock = builder(&nodes).build().unwrap();
+    for resource in ["stock:quorlock-queue", "stock:quorlock-alive"] {
+        let err = redlock.try_lock(resource, TTL).await.unwrap_err();
+        assert!(
+            matches!(err, quorlock::Error::InvalidResource { .. }),
+            "got {err}"
+        );
+    }
+}
