@@ -1,4 +1,4 @@
-//! The full chaos run: 4 worker processes (this executable, re-run as
+//! The full chaos run: 4 worker processes of 3 tasks each (this executable, re-run as
 //! workers) compete for one resource on 5 real `redis-server` nodes while a
 //! fault injector freezes (SIGSTOP), kills and restarts (after at least the
 //! TTL) a minority of nodes, and once takes a majority down for 2 s. Each

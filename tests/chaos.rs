@@ -1,4 +1,4 @@
-//! Mutual exclusion under faults, as a test: 4 worker processes, 5 nodes,
+//! Mutual exclusion under faults, as a test: 4 worker processes of 3 tasks each, 5 nodes,
 //! a few thousand acquisitions while a fault injector freezes, kills and
 //! (delayed-)restarts a minority of nodes, and once takes a majority down.
 //! 0 overlaps; no grant with the majority down; failed calls within their

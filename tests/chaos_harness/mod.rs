@@ -1,5 +1,6 @@
 //! The chaos harness, shared by `tests/chaos.rs` (a short run in the suite)
-//! and `examples/chaos.rs` (the full run): worker **processes** compete for one
+//! and `examples/chaos.rs` (the full run): worker **processes**, each with
+//! [`TASKS_PER_WORKER`] tasks, compete for one
 //! resource on 5 nodes while a fault injector freezes, kills and (after at
 //! least the TTL) restarts a minority of nodes, and once takes a majority
 //! down. Each critical section checks a separate Redis "checker": `INCR` on
@@ -55,7 +56,7 @@ pub struct Report {
 impl Report {
     pub fn print(&self, plan: &Plan) {
         println!(
-            "chaos: {} worker processes, 5 nodes, {:.1} s",
+            "chaos: {} worker processes x {TASKS_PER_WORKER} tasks, 5 nodes, {:.1} s",
             plan.workers,
             self.elapsed.as_secs_f64()
         );
@@ -136,10 +137,10 @@ type AnyError = Box<dyn std::error::Error + Send + Sync>;
 /// The worker process: `--chaos-worker CHECKER_URL NODE_URL...`. Locks until
 /// the checker's `stop` key is set, then prints its tally.
 pub async fn worker(checker: &str, nodes: &[String]) -> Result<(), AnyError> {
-    let mut checker = redis::Client::open(checker)?
+    let checker = redis::Client::open(checker)?
         .get_multiplexed_async_connection()
         .await?;
-    let fencing: Option<i64> = checker.get("chaos:fencing").await?;
+    let fencing: Option<i64> = checker.clone().get("chaos:fencing").await?;
     let redlock = Redlock::builder(nodes)
         .fencing(fencing.is_some())
         .node_timeout(NODE_TIMEOUT)
@@ -147,10 +148,52 @@ pub async fn worker(checker: &str, nodes: &[String]) -> Result<(), AnyError> {
         .retry_delay(Duration::from_millis(10))
         .retry_jitter(Duration::from_millis(10))
         .build()?;
-    let (mut acquisitions, mut overlaps, mut failed, mut granted_during_outage) =
-        (0u64, 0u64, 0u64, 0u64);
-    let mut longest_failed = Duration::ZERO;
-    let mut fencing_violations = 0u64;
+    let tasks: Vec<_> = (0..TASKS_PER_WORKER)
+        .map(|_| tokio::spawn(worker_task(redlock.clone(), checker.clone())))
+        .collect();
+    let mut tally = Tally::default();
+    for task in tasks {
+        let one = task.await??;
+        tally.acquisitions += one.acquisitions;
+        tally.overlaps += one.overlaps;
+        tally.failed += one.failed;
+        tally.granted_during_outage += one.granted_during_outage;
+        tally.longest_failed = tally.longest_failed.max(one.longest_failed);
+        tally.fencing_violations += one.fencing_violations;
+    }
+    redlock.flush().await;
+    println!(
+        "chaos-tally {} {} {} {} {} {}",
+        tally.acquisitions,
+        tally.overlaps,
+        tally.failed,
+        tally.granted_during_outage,
+        tally.longest_failed.as_micros(),
+        tally.fencing_violations
+    );
+    Ok(())
+}
+
+/// The tasks that lock in each worker process.
+pub const TASKS_PER_WORKER: usize = 3;
+
+/// What one task of a worker saw.
+#[derive(Default)]
+struct Tally {
+    acquisitions: u64,
+    overlaps: u64,
+    failed: u64,
+    granted_during_outage: u64,
+    longest_failed: Duration,
+    fencing_violations: u64,
+}
+
+/// One task of a worker: locks until the checker's `stop` key is set.
+async fn worker_task(
+    redlock: Redlock,
+    mut checker: redis::aio::MultiplexedConnection,
+) -> Result<Tally, AnyError> {
+    let mut tally = Tally::default();
     // Inside the critical section: the token must exceed the last holder's.
     let fence_check = redis::Script::new(
         r#"local last = tonumber(redis.call("get", KEYS[1]) or "0")
@@ -175,11 +218,11 @@ return 1"#,
                 // call, the whole call fell inside the outage.
                 let still_out: Option<i64> = checker.get("chaos:outage").await?;
                 if outage.is_some() && still_out.is_some() {
-                    granted_during_outage += 1;
+                    tally.granted_during_outage += 1;
                 }
                 let holders: i64 = checker.incr("chaos:holders", 1).await?;
                 if holders != 1 {
-                    overlaps += 1;
+                    tally.overlaps += 1;
                 }
                 if let Some(token) = guard.fencing_token() {
                     let increased: i64 = fence_check
@@ -188,25 +231,21 @@ return 1"#,
                         .invoke_async(&mut checker)
                         .await?;
                     if increased != 1 {
-                        fencing_violations += 1;
+                        tally.fencing_violations += 1;
                     }
                 }
                 let _: i64 = checker.decr("chaos:holders", 1).await?;
                 let _: i64 = checker.incr("chaos:acquired", 1).await?;
-                acquisitions += 1;
+                tally.acquisitions += 1;
                 let _ = guard.unlock().await;
             }
             Err(_) => {
-                failed += 1;
-                longest_failed = longest_failed.max(started.elapsed());
+                tally.failed += 1;
+                tally.longest_failed = tally.longest_failed.max(started.elapsed());
             }
         }
     }
-    println!(
-        "chaos-tally {acquisitions} {overlaps} {failed} {granted_during_outage} {} {fencing_violations}",
-        longest_failed.as_micros()
-    );
-    Ok(())
+    Ok(tally)
 }
 
 /// Runs the coordinator: servers, workers started from `exe` with

@@ -1,0 +1,289 @@
+//! Fairness across OS processes: 4 worker processes × 4 tasks share one
+//! lock (each process gets at least a quarter of its fair share, no call
+//! gives up; a separate checker Redis sees no overlap), and a queued waiter SIGKILLed in its own
+//! process stops blocking the others within its entry's lifetime. This test
+//! re-executes its own binary as the workers, so it has its own `main`
+//! (harness = false). `examples/contention.rs` gives the figures.
+
+mod support;
+
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use quorlock::{REFRESH_INTERVAL, Redlock, WAITER_LIFETIME};
+
+const TTL: Duration = Duration::from_secs(10);
+const TESTS: [&str; 2] = [
+    "four_processes_of_four_tasks_share_the_lock",
+    "a_sigkilled_waiter_stops_blocking_within_its_lifetime",
+];
+
+type AnyError = Box<dyn std::error::Error + Send + Sync>;
+
+/// One worker process: `tasks` tasks lock, `INCR` the checker (it must read
+/// 1), hold 1 ms, `DECR`, unlock, for `seconds`. Prints
+/// `acquisitions failed overlaps`.
+async fn fair_worker(
+    tasks: usize,
+    seconds: u64,
+    checker: &str,
+    nodes: &[String],
+) -> Result<(), AnyError> {
+    let redlock = Redlock::new(nodes)?;
+    let checker = redis::Client::open(checker)?
+        .get_multiplexed_async_connection()
+        .await?;
+    // First contact before the clock starts.
+    redlock.lock("fair:warm-up", TTL).await?.unlock().await?;
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let (redlock, mut checker, counts) = (redlock.clone(), checker.clone(), counts.clone());
+        handles.push(tokio::spawn(async move {
+            while Instant::now() < end {
+                match redlock.lock("fair:one", TTL).await {
+                    Ok(guard) => {
+                        let inside: i64 = redis::cmd("INCR")
+                            .arg("holders")
+                            .query_async(&mut checker)
+                            .await
+                            .unwrap_or(-1);
+                        if inside != 1 {
+                            counts[2].fetch_add(1, Ordering::Relaxed);
+                        }
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        let _: redis::RedisResult<i64> = redis::cmd("DECR")
+                            .arg("holders")
+                            .query_async(&mut checker)
+                            .await;
+                        let _ = guard.unlock().await;
+                        counts[0].fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(_) => {
+                        counts[1].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+    }
+    for handle in handles {
+        handle.await?;
+    }
+    redlock.flush().await;
+    let [acquired, failed, overlaps] = &*counts;
+    println!(
+        "{} {} {}",
+        acquired.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed),
+        overlaps.load(Ordering::Relaxed)
+    );
+    Ok(())
+}
+
+/// A worker that queues for `fair:killed` and waits (to be SIGKILLed).
+async fn queued_waiter(nodes: &[String]) -> Result<(), AnyError> {
+    let redlock = Redlock::builder(nodes)
+        .acquire_timeout(Duration::from_secs(60))
+        .build()?;
+    let guard = redlock.lock("fair:killed", TTL).await?;
+    println!("acquired");
+    guard.unlock().await?;
+    Ok(())
+}
+
+fn four_processes_of_four_tasks_share_the_lock(exe: &std::path::Path) -> Result<(), AnyError> {
+    let servers = support::servers(6);
+    let nodes = support::urls(&servers[1..]);
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(exe)
+                .args(["--fair-worker", "4", "3", &servers[0].url()])
+                .args(&nodes)
+                .stdout(Stdio::piped())
+                .spawn()
+        })
+        .collect::<Result<_, _>>()?;
+    let mut acquisitions = Vec::new();
+    let (mut overlaps, mut failures) = (0, 0);
+    for worker in workers {
+        let output = worker.wait_with_output()?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        if !output.status.success() {
+            return Err(format!("worker failed: {} {text}", output.status).into());
+        }
+        let counts: Vec<u64> = text
+            .split_whitespace()
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        let [acquired, failed, overlapped] = counts[..] else {
+            return Err(format!("worker printed {text:?}").into());
+        };
+        println!("  worker: {acquired} acquisitions, {failed} failed calls");
+        acquisitions.push(acquired);
+        overlaps += overlapped;
+        failures += failed;
+    }
+    let total: u64 = acquisitions.iter().sum();
+    let fair = total / 4;
+    if overlaps > 0 {
+        return Err(format!("{overlaps} overlaps").into());
+    }
+    // Each call waits for at most 2 s (the default patience); served in
+    // turn behind 15 others holding about a millisecond each, none runs out.
+    if failures > 0 {
+        return Err(format!("{failures} lock calls gave up").into());
+    }
+    if total < 100 {
+        return Err(format!("only {total} acquisitions in all").into());
+    }
+    if let Some(low) = acquisitions.iter().find(|&&n| n * 4 < fair) {
+        return Err(
+            format!("a process got {low}, under a quarter of its fair share {fair}").into(),
+        );
+    }
+    Ok(())
+}
+
+fn a_sigkilled_waiter_stops_blocking_within_its_lifetime(
+    exe: &std::path::Path,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<(), AnyError> {
+    let servers = support::servers(3);
+    let nodes = support::urls(&servers);
+    let queue_len = |redlock: &Redlock| -> Vec<i64> {
+        let mut queue = redlock.key("fair:killed").unwrap_or_default();
+        queue.extend_from_slice(b":quorlock-queue");
+        servers
+            .iter()
+            .map(|node| {
+                redis::cmd("ZCARD")
+                    .arg(&queue)
+                    .query(&mut node.connection())
+                    .unwrap_or(-1)
+            })
+            .collect()
+    };
+    runtime.block_on(async {
+        let holder = Redlock::new(&nodes)?;
+        let guard = holder.lock("fair:killed", TTL).await?;
+        let mut doomed = Command::new(exe)
+            .arg("--queued-waiter")
+            .args(&nodes)
+            .stdout(Stdio::null())
+            .spawn()?;
+        let queued = |count: i64| {
+            let holder = holder.clone();
+            let queue_len = &queue_len;
+            async move {
+                support::eventually(Duration::from_secs(10), || {
+                    queue_len(&holder).iter().all(|&n| n == count)
+                })
+                .await
+            }
+        };
+        if !queued(1).await {
+            return Err(
+                format!("the doomed waiter did not queue: {:?}", queue_len(&holder)).into(),
+            );
+        }
+        let next = Redlock::builder(&nodes)
+            .acquire_timeout(Duration::from_secs(30))
+            .build()?;
+        let waiting = tokio::spawn({
+            let next = next.clone();
+            async move {
+                next.lock("fair:killed", TTL)
+                    .await
+                    .map(|guard| (guard, Instant::now()))
+            }
+        });
+        if !queued(2).await {
+            return Err(
+                format!("the second waiter did not queue: {:?}", queue_len(&holder)).into(),
+            );
+        }
+        doomed.kill()?;
+        doomed.wait()?;
+        // The lock goes to the dead waiter's reservation first.
+        let released = Instant::now();
+        guard.unlock().await?;
+        let (guard, got) = tokio::time::timeout(Duration::from_secs(30), waiting).await???;
+        let waited = got - released;
+        println!("  served {waited:?} after the release, behind a SIGKILLed waiter");
+        guard.unlock().await?;
+        let bound = WAITER_LIFETIME + REFRESH_INTERVAL + Duration::from_secs(1);
+        if waited > bound {
+            return Err(format!("served after {waited:?}, more than {bound:?}").into());
+        }
+        Ok(())
+    })
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = support::runtime().expect("tokio runtime");
+    match args.first().map(String::as_str) {
+        Some("--fair-worker") => {
+            let outcome = match &args[1..] {
+                [tasks, seconds, checker, nodes @ ..] => match (tasks.parse(), seconds.parse()) {
+                    (Ok(tasks), Ok(seconds)) => {
+                        runtime.block_on(fair_worker(tasks, seconds, checker, nodes))
+                    }
+                    _ => Err("bad TASKS or SECONDS".into()),
+                },
+                _ => Err("--fair-worker TASKS SECONDS CHECKER NODE...".into()),
+            };
+            return match outcome {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("fair worker: {err}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        Some("--queued-waiter") => {
+            return match runtime.block_on(queued_waiter(&args[1..])) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("queued waiter: {err}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        _ => {}
+    }
+    // `cargo test` passes harness flags; a filter that names no test here runs nothing.
+    let filter = args.iter().find(|arg| !arg.starts_with('-'));
+    let exe = std::env::current_exe().expect("own executable");
+    let mut failed = 0;
+    let mut ran = 0;
+    for name in TESTS {
+        if filter.is_some_and(|filter| !name.contains(filter.as_str())) {
+            continue;
+        }
+        ran += 1;
+        println!("test {name} ...");
+        let outcome = match name {
+            "four_processes_of_four_tasks_share_the_lock" => {
+                four_processes_of_four_tasks_share_the_lock(&exe)
+            }
+            _ => a_sigkilled_waiter_stops_blocking_within_its_lifetime(&exe, &runtime),
+        };
+        match outcome {
+            Ok(()) => println!("test {name} ... ok"),
+            Err(err) => {
+                println!("test {name} ... FAILED: {err}");
+                failed += 1;
+            }
+        }
+    }
+    println!("{} passed, {failed} failed", ran - failed);
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
