@@ -172,29 +172,37 @@ impl RedlockBuilder {
         }
     }
 
-    /// How many times [`Redlock::lock`] retries after a failed first round.
+    /// With [`retry_delay`](Self::retry_delay), how long [`Redlock::lock`]
+    /// waits: its patience is `retry_count × retry_delay` from the call (2 s
+    /// with the defaults), however often it is woken meanwhile; with an
+    /// [`acquire_timeout`](Self::acquire_timeout) too, the shorter of the
+    /// two. Rounds are not counted: a waiting call makes one whenever the
+    /// lock is handed to it, and a refresh round every
+    /// [`REFRESH_INTERVAL`](crate::REFRESH_INTERVAL).
     ///
-    /// Default: 10 ([`DEFAULT_RETRY_COUNT`]); unlimited when an
-    /// [`acquire_timeout`](Self::acquire_timeout) is set and this is not.
-    /// Zero makes `lock` behave like `try_lock`.
+    /// Default: 10 ([`DEFAULT_RETRY_COUNT`]); with an acquire timeout set and
+    /// no retry count, the timeout alone bounds the wait. Zero makes `lock`
+    /// behave like `try_lock` (one round, no queue).
     pub fn retry_count(mut self, retries: u32) -> Self {
         self.config.retry_count = Some(retries);
         self
     }
 
-    /// The longest [`Redlock::lock`] keeps trying, counted from the call. No
-    /// round starts after it, also not for a caller still waiting for its
-    /// turn behind other callers of this client (it fails with
-    /// [`Error::Contended`] and `attempts` 0); one round already under way may
-    /// finish (at most twice the [`node_timeout`](Self::node_timeout) later,
-    /// three times with [fencing](Self::fencing)). Default: none (the retry
-    /// count alone bounds the wait).
+    /// The longest [`Redlock::lock`] waits, counted from the call (its
+    /// patience; see [`retry_count`](Self::retry_count)). No round starts
+    /// after it; one round already under way may finish (at most twice the
+    /// [`node_timeout`](Self::node_timeout) later, three times with
+    /// [fencing](Self::fencing)). At most an hour. Default: none (retry
+    /// count × retry delay bounds the wait).
     pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
         self.config.acquire_timeout = Some(timeout);
         self
     }
 
-    /// The pause between rounds, before jitter. Default: 200 ms.
+    /// The pause between rounds when too few nodes answered (a waiter whose
+    /// lock is held elsewhere waits in the queue instead), before jitter;
+    /// and, with [`retry_count`](Self::retry_count), the measure of a `lock`
+    /// call's patience. Default: 200 ms.
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.config.retry_delay = delay;
         self
@@ -270,13 +278,12 @@ impl RedlockBuilder {
         self
     }
 
-    /// Whether a `lock` call waiting for a lock held by another client
-    /// listens for its release (pub/sub on each node, one connection per node)
-    /// and retries at once, instead of only after its retry delay. Releases
-    /// are published either way. Default: on. Off, waiters poll: with very
-    /// short retry delays and many processes hammering one lock, polling can
-    /// give more acquisitions per second (fewer clients collide on one
-    /// release), at the price of slower handoffs.
+    /// Whether a waiting `lock` call listens for the release that hands the
+    /// lock on to it (pub/sub on each node, one connection per node and
+    /// client) and claims it at once. Handoffs are published either way.
+    /// Default: on. Off, a waiter learns of its turn at its next refresh
+    /// round: after its jittered retry delay, or
+    /// [`REFRESH_INTERVAL`](crate::REFRESH_INTERVAL) if that is shorter.
     pub fn release_notifications(mut self, on: bool) -> Self {
         self.config.release_notifications = on;
         self

@@ -65,12 +65,10 @@ pub enum Error {
         reason: String,
     },
 
-    /// The lock is held by someone else: enough nodes refused that no quorum was
-    /// possible, on every attempt. With `attempts` 0, the call's wait (its
-    /// acquire timeout, or the time its retries would take) ran out while
-    /// another caller of this client held the lock or was taking it, before
-    /// this call's turn came: no round was made.
-    #[error("could not lock {resource}: {}", contended_detail(votes, *attempts))]
+    /// The lock is held by someone else (or handed on to an earlier waiter):
+    /// enough nodes refused that no quorum was possible, on every attempt
+    /// until the call's patience ran out.
+    #[error("could not lock {resource}: held elsewhere ({votes}; {attempts} attempt(s))")]
     Contended {
         /// The resource, shortened for display.
         resource: String,
@@ -330,15 +328,6 @@ pub enum NodeErrorKind {
     /// The call was made outside a tokio runtime.
     #[error("no tokio runtime: quorlock must be used within a tokio runtime")]
     NoRuntime,
-}
-
-/// Why a lock was contended, in words.
-fn contended_detail(votes: &Votes, attempts: u32) -> String {
-    if attempts == 0 {
-        "another caller of this client held it or was taking it for all of this call's wait (no round made)".into()
-    } else {
-        format!("held elsewhere ({votes}; {attempts} attempt(s))")
-    }
 }
 
 /// A Redis error as the node said it (`CODE detail`), or as the `redis` crate

@@ -63,18 +63,41 @@
 //! One acquire round:
 //! 1. draw a token: a UUID v4 (122 random bits from the OS CSPRNG);
 //! 2. note the start on the monotonic clock;
-//! 3. send `SET key token NX GET PX ttl` (the `GET` makes a key of the wrong
-//!    type an error instead of a holder; before Redis 7.0, `SET NX PX`) to
-//!    **all nodes in parallel**, each call bounded by the per-node timeout; an
-//!    error or timeout is a vote against;
+//! 3. send the acquire script (a `lock` call; see "fairness" below) or `SET
+//!    key token NX GET PX ttl` (`try_lock`; the `GET` makes a key of the
+//!    wrong type an error instead of a holder; before Redis 7.0, `SET NX PX`)
+//!    to **all nodes in parallel**, each call bounded by the per-node timeout;
+//!    an error or timeout is a vote against;
 //! 4. stop as soon as the outcome is known: `N / 2 + 1` votes for, or too many
 //!    against for that to be possible (stragglers still get their request);
 //! 5. validity = `ttl - elapsed - drift`, drift = `ttl * drift_factor + 2 ms`,
 //!    computed without underflow;
 //! 6. the lock is held iff a quorum granted it and validity is left; the guard
 //!    records `valid_until = start + ttl - drift`;
-//! 7. otherwise release on **all** nodes and retry after `retry_delay ±
-//!    retry_jitter`, until the retries or the acquire timeout are spent.
+//! 7. otherwise release on every node that did not refuse (a node that
+//!    answered no cannot have set the key; one that timed out may have) and,
+//!    for `lock`, wait in the queue and go again, until the call's patience
+//!    is spent.
+//!
+//! ## Fairness across processes
+//!
+//! A `lock` call that finds the lock held waits in a queue kept on the nodes
+//! themselves, so that callers of every client, in every process, are served
+//! in about the order they came, and a release wakes only the next waiter.
+//! The acquire script sets the key only when it is free *for this waiter*
+//! (absent and the waiter first in the node's queue, or holding a
+//! reservation for it); a release hands the key on to the first waiter as a
+//! reservation and publishes its id. The queue only ever withholds a grant:
+//! no node ever sets the key over another token, so mutual exclusion rests
+//! on the quorum as before. A waiter that dies stops blocking the others
+//! within [`WAITER_LIFETIME`]; one whose `lock` future is dropped leaves at
+//! once. `queue.rs` has the mechanism and its safety and liveness argument.
+//!
+//! A `lock` call's **patience** is time: it gives up once
+//! `retry_count × retry_delay` has passed since the call (2 s with the
+//! defaults), or the [acquire timeout](RedlockBuilder::acquire_timeout) when
+//! one is set (the shorter of the two when both are), however often it was
+//! woken meanwhile. `try_lock` makes one round and does not queue.
 //!
 //! Release and extension are Lua scripts that act only while the key holds our
 //! token, run on every node. A failed extension never deletes the lock.

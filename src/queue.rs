@@ -104,6 +104,10 @@ pub const REFRESH_INTERVAL: Duration = Duration::from_millis(250);
 /// the lock is reserved for it waits for the others before it claims.
 pub(crate) const CLAIM_GRACE: Duration = Duration::from_millis(5);
 
+/// What a lock key holds when a release handed it on to a waiter: this,
+/// then the waiter's id (never a token: tokens are 32 hex digits).
+pub(crate) const RESERVED_PREFIX: &str = "quorlock-next:";
+
 /// The suffix of the queue's key next to a lock key.
 pub(crate) const QUEUE_SUFFIX: &[u8] = b":quorlock-queue";
 /// The suffix of the waiter-lifetime hash's key next to a lock key.

@@ -176,10 +176,14 @@ impl Redlock {
         Ok(LockStatus::from_answers(answers, self.quorum()))
     }
 
-    /// Takes the lock on `resource` for `ttl`, retrying with jitter until a
-    /// round succeeds, the retries are spent or the acquire timeout passes.
-    /// A client's first call first checks every node (first contact, bounded
-    /// by the connect timeout and the acquire timeout).
+    /// Takes the lock on `resource` for `ttl`, waiting for it until the
+    /// call's patience has passed: `retry_count × retry_delay` from the call
+    /// (2 s with the defaults), or the acquire timeout when one is set (the
+    /// shorter, when both are). A caller that finds the lock held waits in a
+    /// queue on the nodes and is served in about the order it came, among
+    /// the callers of every client (see the [crate docs](crate)). A client's
+    /// first call first checks every node (first contact, bounded by the
+    /// connect timeout and the patience).
     ///
     /// Each round asks all nodes in parallel and succeeds when a quorum granted
     /// it and validity is left after the round's duration and the drift
@@ -192,16 +196,16 @@ impl Redlock {
     /// [`Error::Misconfigured`] from first contact; then, from the last round,
     /// [`Error::Contended`] (held elsewhere), [`Error::Unavailable`] (too few
     /// nodes answered) or [`Error::NoValidity`] (the round outlasted the
-    /// TTL). With `attempts` 0, no round was made: `Contended` when the wait
-    /// for this client's turn ran out, `Unavailable` when the acquire timeout
-    /// passed during first contact.
+    /// TTL). With `attempts` 0, no round was made: `Unavailable` when the
+    /// patience ran out during first contact.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe in the sense that matters for a lock: if the future is
     /// dropped, no guard exists, and a round in flight finishes in the
     /// background (every node answers or times out, so that none of its
-    /// `SET`s lands later) and is then released on every node.
+    /// `SET`s lands later) and is then released on every node; the call's
+    /// place in the queue is given up at once, so that it blocks no one.
     /// [`flush`](Self::flush) waits for that; a runtime that shuts down first
     /// cuts it short, and the keys then expire by their TTL.
     pub async fn lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<LockGuard> {
@@ -210,7 +214,9 @@ impl Redlock {
             .await
     }
 
-    /// Makes one round for the lock on `resource`, without retrying.
+    /// Makes one round for the lock on `resource`, without retrying and
+    /// without joining the queue of waiters (a lock handed on to a waiter is
+    /// not free for it).
     ///
     /// # Errors
     ///

@@ -223,3 +223,14 @@ pub(crate) fn for_client(fencing: bool) -> &'static [&'static str] {
         &[WAIT_CODE, RELEASE_CODE, EXTEND_CODE]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scripts_mark_reservations_as_the_client_reads_them() {
+        let marked = format!("local reserved_prefix = \"{}\"", crate::queue::RESERVED_PREFIX);
+        assert!(WAIT_CODE.contains(&marked) && RELEASE_CODE.contains(&marked));
+    }
+}

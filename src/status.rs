@@ -17,7 +17,9 @@ pub enum NodeState {
     Free,
     /// The key is present.
     Held {
-        /// The first [`TOKEN_PREFIX_LEN`] characters of the holder's token.
+        /// The first [`TOKEN_PREFIX_LEN`] characters of the holder's token;
+        /// `next:` and the start of the waiter's id when a release handed the
+        /// lock on to the first waiter in the queue, who has yet to claim it.
         token_prefix: String,
         /// The key's remaining TTL (`None` if it has none, which quorlock never sets).
         ttl: Option<Duration>,
@@ -122,8 +124,17 @@ impl LockStatus {
     }
 }
 
+/// What a status shows of a key's value: the token's first
+/// [`TOKEN_PREFIX_LEN`] characters, or for a lock handed on to a waiter in
+/// the queue, `next:` and the first characters of the waiter's id.
 fn prefix(token: &str) -> String {
-    token.chars().take(TOKEN_PREFIX_LEN).collect()
+    match token.strip_prefix(crate::queue::RESERVED_PREFIX) {
+        Some(waiter) => format!(
+            "next:{}",
+            waiter.chars().take(TOKEN_PREFIX_LEN).collect::<String>()
+        ),
+        None => token.chars().take(TOKEN_PREFIX_LEN).collect(),
+    }
 }
 
 impl fmt::Display for LockStatus {
