@@ -63,10 +63,10 @@
 //! One acquire round:
 //! 1. draw a token: a UUID v4 (122 random bits from the OS CSPRNG);
 //! 2. note the start on the monotonic clock;
-//! 3. send the acquire script (a `lock` call; see "fairness" below) or `SET
-//!    key token NX GET PX ttl` (`try_lock`; the `GET` makes a key of the
-//!    wrong type an error instead of a holder; before Redis 7.0, `SET NX PX`)
-//!    to **all nodes in parallel**, each call bounded by the per-node timeout;
+//! 3. send `SET key token NX GET PX ttl` (the `GET` makes a key of the wrong
+//!    type an error instead of a holder; before Redis 7.0, `SET NX PX`), or
+//!    for a `lock` call that waits, the queue's acquire script (see
+//!    "fairness" below), to **all nodes in parallel**, each call bounded by the per-node timeout;
 //!    an error or timeout is a vote against;
 //! 4. stop as soon as the outcome is known: `N / 2 + 1` votes for, or too many
 //!    against for that to be possible (stragglers still get their request);

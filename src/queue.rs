@@ -83,9 +83,9 @@
 //!
 //! # Costs
 //!
-//! Uncontended, a lock is one script call per node to take and one to give
-//! back, as before. A waiter costs one round to join, one to claim, and a
-//! refresh round per [`REFRESH_INTERVAL`] of waiting; its pub/sub
+//! Uncontended, a lock is one `SET NX` per node to take and one script call
+//! to give back, as before. A waiter costs its first round, one to join, one
+//! to claim, and a refresh round per [`REFRESH_INTERVAL`] of waiting; its pub/sub
 //! notifications come on one shared connection per node and client.
 
 use std::sync::Arc;

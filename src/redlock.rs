@@ -489,6 +489,7 @@ impl Inner {
                 ticket: 0,
                 listening: None,
                 joined: false,
+                first: true,
                 rewrite: false,
             });
             let mut attempt: u32 = 0;
@@ -500,14 +501,16 @@ impl Inner {
                 // Dropped mid-round (this future cancelled), `acquiring` finishes
                 // in the background and then releases whatever it set.
                 let start = Instant::now();
-                let mut acquiring = self.start_acquire_round(
-                    &keys,
-                    ttl,
-                    waiting.as_ref().map(|w| (&w.waiter, w.ticket)),
-                );
-                if let Some(waiting) = &mut waiting {
-                    waiting.joined = true;
-                }
+                // A caller's first round is a plain `SET NX`: free when
+                // nobody waits (a lock with waiters is held or handed on,
+                // never absent, so it does not jump the queue); the queue
+                // script from the second round on.
+                let queued = waiting.as_mut().and_then(|waiting| {
+                    let first = std::mem::replace(&mut waiting.first, false);
+                    waiting.joined |= !first;
+                    (!first).then_some((&waiting.waiter, waiting.ticket))
+                });
+                let mut acquiring = self.start_acquire_round(&keys, ttl, queued);
                 acquiring.round.collect(Until::Decided).await;
                 let elapsed = start.elapsed();
                 let votes = acquiring.round.votes;
@@ -535,7 +538,9 @@ impl Inner {
                         .await
                     {
                         Ok(fencing_token) => {
-                            if let Some(waiting) = waiting.take() {
+                            // A waiter that joined the queue leaves it where
+                            // its entry may remain.
+                            if let Some(waiting) = waiting.take().filter(|w| w.joined) {
                                 waiting.won(acquiring.round.finish_later());
                             }
                             return Ok(acquiring.won(resource.len(), ttl, start, fencing_token));
@@ -550,12 +555,17 @@ impl Inner {
                 // that gave another (or set the key) learns it next round.
                 let (highest, agree) = acquiring.round.tickets();
                 let place = match &mut waiting {
-                    Some(waiting) => {
+                    Some(waiting) if waiting.joined => {
                         let ticket = waiting.ticket.max(highest.unwrap_or(0));
                         waiting.rewrite = highest.is_some_and(|high| !agree || high != ticket)
                             || (ticket == 0 && votes.granted > 0);
                         waiting.ticket = ticket;
                         Place::Keep(waiting.waiter.clone(), ticket)
+                    }
+                    Some(waiting) => {
+                        // The plain first round found the lock taken: join now.
+                        waiting.rewrite = true;
+                        Place::None
                     }
                     None => Place::None,
                 };
@@ -714,6 +724,8 @@ struct Waiting {
     listening: Option<Listening>,
     /// Whether a round of this waiter went out (so that nodes may queue it).
     joined: bool,
+    /// Before the call's first round, which is a plain `SET NX`.
+    first: bool,
     /// Set when nodes hold other tickets than `ticket`: the next round goes
     /// at once, to write it.
     rewrite: bool,

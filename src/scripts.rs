@@ -230,7 +230,10 @@ mod tests {
 
     #[test]
     fn the_scripts_mark_reservations_as_the_client_reads_them() {
-        let marked = format!("local reserved_prefix = \"{}\"", crate::queue::RESERVED_PREFIX);
+        let marked = format!(
+            "local reserved_prefix = \"{}\"",
+            crate::queue::RESERVED_PREFIX
+        );
         assert!(WAIT_CODE.contains(&marked) && RELEASE_CODE.contains(&marked));
     }
 }
