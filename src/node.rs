@@ -360,13 +360,7 @@ impl Node {
             }
             invocation.invoke_async::<Value>(&mut connection).await
         });
-        async move {
-            match call.await? {
-                Value::Int(1) => Ok(true),
-                Value::Int(0) => Ok(false),
-                other => Err(unexpected(name, &other)),
-            }
-        }
+        async move { yes_or_no(name, call.await?) }
     }
 
     /// One waiting round on this node (the queue script): granted (with the
@@ -401,10 +395,7 @@ impl Node {
         });
         async move {
             match call.await? {
-                (1, counter) if !fenced => {
-                    let _ = counter;
-                    Ok(Reply::Granted(None))
-                }
+                (1, _) if !fenced => Ok(Reply::Granted(None)),
                 (1, counter) if counter > 0 => Ok(Reply::Granted(u64::try_from(counter).ok())),
                 (0, ticket) if ticket > 0 => Ok(Reply::Queued(ticket.unsigned_abs())),
                 (granted, number) => Err(unexpected(
@@ -525,13 +516,16 @@ impl Node {
             }
             invocation.invoke_async::<Value>(&mut connection).await
         });
-        async move {
-            match call.await? {
-                Value::Int(1) => Ok(true),
-                Value::Int(0) => Ok(false),
-                other => Err(unexpected(name, &other)),
-            }
-        }
+        async move { yes_or_no(name, call.await?) }
+    }
+}
+
+/// A script's 1 (yes) or 0 (no).
+fn yes_or_no(node: Arc<str>, reply: Value) -> Result<bool, NodeError> {
+    match reply {
+        Value::Int(1) => Ok(true),
+        Value::Int(0) => Ok(false),
+        other => Err(unexpected(node, &other)),
     }
 }
 
