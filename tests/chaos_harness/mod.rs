@@ -289,6 +289,7 @@ pub async fn run(
     };
     let outage_at = plan.acquisitions / 2;
     let mut outage_done = false;
+    let mut minority_faults: u32 = 0;
     let mut result = Ok(());
     while acquired(&mut checker).await? < plan.acquisitions {
         if started.elapsed() > plan.limit {
@@ -325,7 +326,10 @@ pub async fn run(
         let count = rng.random_range(1..=2);
         let first = rng.random_range(0..5);
         let victims: Vec<usize> = (0..count).map(|i| (first + i) % 5).collect();
-        let freeze = rng.random_bool(0.5);
+        // Freezes and kills take turns, so that every run has both (drawn
+        // at random, a short run could get only one kind).
+        let freeze = minority_faults % 2 == 0;
+        minority_faults += 1;
         for &v in &victims {
             if freeze {
                 nodes[v].pause();
