@@ -328,7 +328,7 @@ pub async fn run(
         let victims: Vec<usize> = (0..count).map(|i| (first + i) % 5).collect();
         // Freezes and kills take turns, so that every run has both (drawn
         // at random, a short run could get only one kind).
-        let freeze = minority_faults % 2 == 0;
+        let freeze = minority_faults.is_multiple_of(2);
         minority_faults += 1;
         for &v in &victims {
             if freeze {
