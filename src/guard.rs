@@ -36,7 +36,7 @@ use futures::future::OptionFuture;
 use tracing::Instrument;
 
 use crate::error::{Error, LostReason, NodeError, Result};
-use crate::queue::{LockKeys, Place};
+use crate::queue::Place;
 use crate::quorum::ReleaseOutcome;
 use crate::redlock::{Inner, Ttl, show_resource};
 use crate::round::{Round, Until};
@@ -67,7 +67,7 @@ pub enum Unlocked {
 #[must_use = "dropping the guard releases the lock right away"]
 pub struct LockGuard {
     inner: Arc<Inner>,
-    keys: Arc<LockKeys>,
+    key: Arc<[u8]>,
     resource_len: usize,
     token: Arc<str>,
     ttl: Ttl,
@@ -102,7 +102,7 @@ impl LockGuard {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn acquired(
         inner: Arc<Inner>,
-        keys: Arc<LockKeys>,
+        key: Arc<[u8]>,
         resource_len: usize,
         token: Arc<str>,
         ttl: Ttl,
@@ -111,7 +111,7 @@ impl LockGuard {
     ) -> Self {
         let mut guard = LockGuard {
             inner,
-            keys,
+            key,
             resource_len,
             token,
             ttl,
@@ -137,13 +137,13 @@ impl LockGuard {
 
     /// The resource name this lock is on.
     pub fn resource(&self) -> &[u8] {
-        let prefix_len = self.keys.key.len() - self.resource_len;
-        &self.keys.key[prefix_len..]
+        let prefix_len = self.key.len() - self.resource_len;
+        &self.key[prefix_len..]
     }
 
     /// The Redis key that holds the lock on each node (prefix + resource).
     pub fn key(&self) -> &[u8] {
-        &self.keys.key
+        &self.key
     }
 
     /// The TTL of the last successful acquisition or extension, in whole milliseconds.
@@ -230,7 +230,7 @@ impl LockGuard {
         let start = self.begin_extension(ttl);
         let round = self
             .inner
-            .extend_round(&self.keys.key, &self.token, ttl)
+            .extend_round(&self.key, &self.token, ttl)
             .instrument(span)
             .await;
         self.apply_extension(round, start, ttl)
@@ -318,7 +318,7 @@ impl LockGuard {
         let mut round = self
             .inner
             .release_round(
-                &self.keys,
+                &self.key,
                 &self.token,
                 Until::QuorumOrAll,
                 Place::None,
@@ -439,7 +439,7 @@ impl LockGuard {
                 output = &mut work => return Ok(output),
                 _ = tokio::time::sleep_until(renew_at.into()), if can_extend => {
                     let inner = self.inner.clone();
-                    let key = self.keys.key.clone();
+                    let key = self.key.clone();
                     let token = self.token.clone();
                     let ttl = self.ttl;
                     let start = self.begin_extension(ttl);
@@ -458,11 +458,11 @@ impl Drop for LockGuard {
             return;
         }
         let inner = self.inner.clone();
-        let keys = self.keys.clone();
+        let key = self.key.clone();
         let token = self.token.clone();
         let release = async move {
             inner
-                .release_round(&keys, &token, Until::QuorumOrAll, Place::None, None)
+                .release_round(&key, &token, Until::QuorumOrAll, Place::None, None)
                 .await;
         };
         if !self.inner.background.spawn(release) {

@@ -22,7 +22,7 @@ use redis::{Client, RedisError, RedisResult, Value};
 use crate::background::Background;
 use crate::connection::{self, Link};
 use crate::error::{NodeError, NodeErrorKind};
-use crate::queue::{self, LockKeys, Place};
+use crate::queue::{self, Place};
 use crate::round::Reply;
 use crate::scripts;
 
@@ -336,16 +336,15 @@ impl Node {
     /// becomes of a waiter's entry (see [`Place`]).
     pub(crate) fn release(
         &self,
-        keys: &LockKeys,
+        key: Arc<[u8]>,
         token: Arc<str>,
         place: Place,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
         let name = self.name.clone();
-        let (key, queue, alive) = (keys.key.clone(), keys.queue.clone(), keys.alive.clone());
         // Always sent: a node that was slow may still hold our key.
         let call = self.bounded(Call::Cleanup, move |mut connection| async move {
             let mut invocation = scripts::RELEASE.prepare_invoke();
-            invocation.key(&*key).key(&*queue).key(&*alive).arg(&*token);
+            invocation.key(&*key).arg(&*token);
             match &place {
                 Place::None => {}
                 Place::Keep(waiter, ticket) => {
@@ -369,7 +368,7 @@ impl Node {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn wait_turn(
         &self,
-        keys: &LockKeys,
+        key: Arc<[u8]>,
         counter_key: Option<Arc<[u8]>>,
         token: Arc<str>,
         ttl_ms: u64,
@@ -377,11 +376,10 @@ impl Node {
         ticket: u64,
     ) -> impl Future<Output = Result<Reply, NodeError>> + Send + 'static {
         let name = self.name.clone();
-        let (key, queue, alive) = (keys.key.clone(), keys.queue.clone(), keys.alive.clone());
         let fenced = counter_key.is_some();
         let call = self.bounded(Call::Vote, move |mut connection| async move {
             let mut invocation = scripts::WAIT.prepare_invoke();
-            invocation.key(&*key).key(&*queue).key(&*alive);
+            invocation.key(&*key);
             if let Some(counter_key) = &counter_key {
                 invocation.key(&**counter_key);
             }

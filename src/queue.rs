@@ -81,14 +81,27 @@
 //! reaches only a minority can block only nodes it reaches, and only until
 //! its patience runs out (it then leaves).
 //!
+//! The scripts name the queue keys themselves (the lock key followed by the
+//! suffix) rather than taking them as `KEYS`: the three keys always live on
+//! the same node, since every Redlock node is a standalone server (a Redis
+//! Cluster is not a set of Redlock nodes), and a call then carries one key.
+//!
 //! # Costs
 //!
 //! Uncontended, a lock is one `SET NX` per node to take and one script call
-//! to give back, as before. A waiter costs its first round, one to join, one
-//! to claim, and a refresh round per [`REFRESH_INTERVAL`] of waiting; its pub/sub
-//! notifications come on one shared connection per node and client.
+//! to give back, as before; the release script settles "our key, no queue"
+//! with one `EXISTS` more than a plain compare-and-delete, before any of the
+//! queue's Lua is defined. A waiter costs its first round, one to join, one
+//! to claim, and a refresh round per [`REFRESH_INTERVAL`] of waiting; its
+//! pub/sub notifications come on one shared connection per node and client.
+//! A client remembers which keys its last `lock` call found taken
+//! ([`Busy`]); the next call on such a key skips the `SET NX` round that
+//! would be refused and joins at once (a hint only: the queue script takes
+//! a free lock just as `SET NX` does).
 
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How long a waiter's entry lives on a node after its last refresh: the
@@ -113,26 +126,6 @@ pub(crate) const QUEUE_SUFFIX: &[u8] = b":quorlock-queue";
 /// The suffix of the waiter-lifetime hash's key next to a lock key.
 pub(crate) const ALIVE_SUFFIX: &[u8] = b":quorlock-alive";
 
-/// The keys of one lock on a node: the lock key, its queue and its waiters'
-/// lifetimes.
-#[derive(Debug)]
-pub(crate) struct LockKeys {
-    pub(crate) key: Arc<[u8]>,
-    pub(crate) queue: Arc<[u8]>,
-    pub(crate) alive: Arc<[u8]>,
-}
-
-impl LockKeys {
-    pub(crate) fn new(key: Arc<[u8]>) -> Self {
-        let with = |suffix: &[u8]| -> Arc<[u8]> { [&key[..], suffix].concat().into() };
-        LockKeys {
-            queue: with(QUEUE_SUFFIX),
-            alive: with(ALIVE_SUFFIX),
-            key,
-        }
-    }
-}
-
 /// Whether `key` is one that quorlock keeps beside a lock key (so it must
 /// not be a lock key itself).
 pub(crate) fn is_queue_key(key: &[u8]) -> bool {
@@ -142,6 +135,57 @@ pub(crate) fn is_queue_key(key: &[u8]) -> bool {
 /// The waiter lifetime in whole milliseconds, as the scripts take it.
 pub(crate) fn lifetime_ms() -> u64 {
     u64::try_from(WAITER_LIFETIME.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// How many lock keys [`Busy`] remembers (more share slots: a wrong guess
+/// only costs a round its cheaper form).
+const BUSY_SLOTS: usize = 64;
+
+/// Which lock keys this client last found taken: a `lock` call on one of
+/// them skips the plain `SET NX` first round (it would find the key held
+/// or handed on) and runs the queue script at once, which joins the queue
+/// or takes a free lock just the same. A hint, never a decision: it changes
+/// which of two correct rounds is sent, not what a node grants. A key whose
+/// slot another shares may be guessed wrong, costing a round its cheaper
+/// form; the next first round corrects it.
+#[derive(Debug)]
+pub(crate) struct Busy {
+    hasher: RandomState,
+    slots: [AtomicU64; BUSY_SLOTS],
+}
+
+impl Busy {
+    pub(crate) fn new() -> Self {
+        Busy {
+            hasher: RandomState::new(),
+            slots: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// The slot of `key` and the mark it leaves there (never 0).
+    fn slot(&self, key: &[u8]) -> (&AtomicU64, u64) {
+        let hash = self.hasher.hash_one(key) | 1;
+        // The remainder is below BUSY_SLOTS, so it fits any usize.
+        let index = usize::try_from(hash % BUSY_SLOTS as u64).unwrap_or(0);
+        (&self.slots[index], hash)
+    }
+
+    /// Whether the last first round of a `lock` call on `key` found it taken.
+    pub(crate) fn is_busy(&self, key: &[u8]) -> bool {
+        let (slot, mark) = self.slot(key);
+        slot.load(Ordering::Relaxed) == mark
+    }
+
+    /// Notes what a `lock` call's first round on `key` found.
+    pub(crate) fn note(&self, key: &[u8], taken: bool) {
+        let (slot, mark) = self.slot(key);
+        if taken {
+            slot.store(mark, Ordering::Relaxed);
+        } else {
+            // Only our own mark goes: another key's stays.
+            let _ = slot.compare_exchange(mark, 0, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
 }
 
 /// What a node does with a waiter's entry when a round of it is released.
@@ -161,12 +205,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn queue_keys_sit_beside_the_lock_key() {
-        let keys = LockKeys::new(b"quorlock:stock".as_slice().into());
-        assert_eq!(&keys.queue[..], b"quorlock:stock:quorlock-queue");
-        assert_eq!(&keys.alive[..], b"quorlock:stock:quorlock-alive");
-        assert!(is_queue_key(&keys.queue) && is_queue_key(&keys.alive));
-        assert!(!is_queue_key(&keys.key));
+    fn queue_keys_are_recognised() {
+        assert!(is_queue_key(b"quorlock:stock:quorlock-queue"));
+        assert!(is_queue_key(b"quorlock:stock:quorlock-alive"));
+        assert!(!is_queue_key(b"quorlock:stock"));
+    }
+
+    #[test]
+    fn busy_keys_are_remembered_until_found_free() {
+        let busy = Busy::new();
+        assert!(!busy.is_busy(b"a"));
+        busy.note(b"a", true);
+        assert!(busy.is_busy(b"a"));
+        // Another key found free leaves the mark of `a` alone.
+        let other = (0..1_000u32)
+            .map(|n| format!("other-{n}"))
+            .find(|name| std::ptr::eq(busy.slot(name.as_bytes()).0, busy.slot(b"a").0))
+            .expect("some name shares a slot among 1,000");
+        busy.note(other.as_bytes(), false);
+        assert!(busy.is_busy(b"a"));
+        assert!(!busy.is_busy(other.as_bytes()));
+        busy.note(b"a", false);
+        assert!(!busy.is_busy(b"a"));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::node::Node;
 use crate::notify::{Listening, Notifications};
-use crate::queue::{self, LockKeys, Place};
+use crate::queue::{self, Place};
 use crate::quorum::{self, MAX_TTL, Votes};
 use crate::round::{Answer, Round, Until};
 use crate::status::LockStatus;
@@ -62,6 +62,8 @@ pub(crate) struct Inner {
     pub(crate) config: Config,
     contact: Arc<FirstContact>,
     notifications: Arc<Notifications>,
+    /// Which keys `lock` last found taken.
+    busy: queue::Busy,
     /// Releases and straggling calls that run after their caller moved on.
     pub(crate) background: Background,
 }
@@ -127,6 +129,7 @@ impl Redlock {
                 config,
                 contact,
                 notifications,
+                busy: queue::Busy::new(),
                 background,
             }),
         }
@@ -350,7 +353,7 @@ impl Inner {
     /// Grants of nodes not yet checked at first contact do not count.
     fn start_acquire_round(
         self: &Arc<Self>,
-        keys: &Arc<LockKeys>,
+        key: &Arc<[u8]>,
         ttl: Ttl,
         waiter: Option<(&Arc<str>, u64)>,
     ) -> AcquireRound {
@@ -360,7 +363,7 @@ impl Inner {
             (Some((waiter, ticket)), _) => Round::start(
                 self.nodes.iter().map(|node| {
                     node.wait_turn(
-                        keys,
+                        key.clone(),
                         counter_key.clone(),
                         token.clone(),
                         ttl.millis,
@@ -373,17 +376,12 @@ impl Inner {
             (None, None) => Round::start(
                 self.nodes
                     .iter()
-                    .map(|node| node.acquire(keys.key.clone(), token.clone(), ttl.millis)),
+                    .map(|node| node.acquire(key.clone(), token.clone(), ttl.millis)),
                 &self.background,
             ),
             (None, Some(counter_key)) => Round::start(
                 self.nodes.iter().map(|node| {
-                    node.acquire_fenced(
-                        keys.key.clone(),
-                        counter_key.clone(),
-                        token.clone(),
-                        ttl.millis,
-                    )
+                    node.acquire_fenced(key.clone(), counter_key.clone(), token.clone(), ttl.millis)
                 }),
                 &self.background,
             ),
@@ -391,7 +389,7 @@ impl Inner {
         .counting(self.contact.counted(&self.nodes));
         AcquireRound {
             inner: self.clone(),
-            keys: keys.clone(),
+            key: key.clone(),
             token,
             round,
             settled: false,
@@ -419,7 +417,7 @@ impl Inner {
     /// becomes of a waiter's own entry.
     pub(crate) async fn release_round(
         &self,
-        keys: &LockKeys,
+        key: &Arc<[u8]>,
         token: &Arc<str>,
         until: Until,
         place: Place,
@@ -428,7 +426,7 @@ impl Inner {
         let calls = self.nodes.iter().enumerate().map(|(index, node)| {
             let call = send_to
                 .is_none_or(|send_to| send_to[index])
-                .then(|| node.release(keys, token.clone(), place.clone()));
+                .then(|| node.release(key.clone(), token.clone(), place.clone()));
             async move {
                 match call {
                     Some(call) => call.await,
@@ -458,7 +456,7 @@ impl Inner {
         } else {
             Some(called + self.config.patience())
         };
-        let keys = Arc::new(LockKeys::new(self.key_for(resource)?));
+        let key = self.key_for(resource)?;
         let ttl = self.check_ttl(ttl)?;
         Error::ensure_runtime()?;
         match self.contact.ensure(&self.nodes, deadline).await {
@@ -484,12 +482,12 @@ impl Inner {
             // goes when the call ends, however it ends.
             let mut waiting = (retries > 0).then(|| Waiting {
                 inner: self.clone(),
-                keys: keys.clone(),
-                waiter: new_token(),
+                key: key.clone(),
+                waiter: None,
                 ticket: 0,
                 listening: None,
                 joined: false,
-                first: true,
+                first: !self.busy.is_busy(&key),
                 rewrite: false,
             });
             let mut attempt: u32 = 0;
@@ -504,13 +502,15 @@ impl Inner {
                 // A caller's first round is a plain `SET NX`: free when
                 // nobody waits (a lock with waiters is held or handed on,
                 // never absent, so it does not jump the queue); the queue
-                // script from the second round on.
+                // script from the second round on, or from the first when
+                // this client's last call found the key taken (`Busy`).
                 let queued = waiting.as_mut().and_then(|waiting| {
                     let first = std::mem::replace(&mut waiting.first, false);
                     waiting.joined |= !first;
-                    (!first).then_some((&waiting.waiter, waiting.ticket))
+                    let ticket = waiting.ticket;
+                    (!first).then(|| (waiting.id(), ticket))
                 });
-                let mut acquiring = self.start_acquire_round(&keys, ttl, queued);
+                let mut acquiring = self.start_acquire_round(&key, ttl, queued);
                 acquiring.round.collect(Until::Decided).await;
                 let elapsed = start.elapsed();
                 let votes = acquiring.round.votes;
@@ -523,12 +523,20 @@ impl Inner {
                     elapsed_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
                     "acquire round"
                 );
+                if attempt == 1 && waiting.is_some() {
+                    // What the next call's first round should be (see `Busy`).
+                    if votes.has_quorum() {
+                        self.busy.note(&key, false);
+                    } else if votes.refused > 0 {
+                        self.busy.note(&key, true);
+                    }
+                }
                 let validity = quorum::validity(ttl.ttl, elapsed, ttl.drift);
                 let failure = if votes.has_quorum() && validity.is_some() {
                     let highest = acquiring.round.highest_counter();
                     match self
                         .fence(
-                            &keys.key,
+                            &key,
                             &acquiring.token,
                             &acquiring.round.answers,
                             highest,
@@ -560,7 +568,7 @@ impl Inner {
                         waiting.rewrite = highest.is_some_and(|high| !agree || high != ticket)
                             || (ticket == 0 && votes.granted > 0);
                         waiting.ticket = ticket;
-                        Place::Keep(waiting.waiter.clone(), ticket)
+                        Place::Keep(waiting.id().clone(), ticket)
                     }
                     Some(waiting) => {
                         // The plain first round found the lock taken: join now.
@@ -582,8 +590,8 @@ impl Inner {
                 }
                 if failure.is_contended() {
                     if waiting.listening.is_none() && self.config.release_notifications {
-                        waiting.listening =
-                            Some(self.notifications.listen(&keys.key, &waiting.waiter));
+                        let waiter = waiting.id().clone();
+                        waiting.listening = Some(self.notifications.listen(&key, &waiter));
                     }
                     if !std::mem::take(&mut waiting.rewrite) {
                         self.await_handoff(waiting.listening.as_mut(), deadline)
@@ -717,8 +725,10 @@ impl FenceFailure {
 /// queue on every node in the background.
 struct Waiting {
     inner: Arc<Inner>,
-    keys: Arc<LockKeys>,
-    waiter: Arc<str>,
+    key: Arc<[u8]>,
+    /// The waiter id, made when it is first needed (a call whose first
+    /// round wins never needs one).
+    waiter: Option<Arc<str>>,
     /// The ticket every node should hold for this waiter; 0 before any gave one.
     ticket: u64,
     listening: Option<Listening>,
@@ -732,12 +742,20 @@ struct Waiting {
 }
 
 impl Waiting {
+    /// The waiter id.
+    fn id(&mut self) -> &Arc<str> {
+        self.waiter.get_or_insert_with(new_token)
+    }
+
     /// The lock is ours: the grants removed our entry on the nodes that
     /// granted; once the round's last answers are in (`answers`), the other
     /// nodes (queued, failed, slow) drop it in the background.
     fn won(mut self, answers: impl Future<Output = Vec<Answer>> + Send + 'static) {
         self.joined = false;
-        let (inner, keys, waiter) = (self.inner.clone(), self.keys.clone(), self.waiter.clone());
+        let (inner, key) = (self.inner.clone(), self.key.clone());
+        let Some(waiter) = self.waiter.clone() else {
+            return;
+        };
         let leave = async move {
             let send_to: Vec<bool> = answers
                 .await
@@ -745,7 +763,7 @@ impl Waiting {
                 .map(|answer| *answer != Answer::Granted)
                 .collect();
             if send_to.iter().any(|&send| send) {
-                leave(&inner, &keys, &waiter, Some(&send_to)).await;
+                leave(&inner, &key, &waiter, Some(&send_to)).await;
             }
         };
         if !self.inner.background.spawn(leave) {
@@ -755,8 +773,11 @@ impl Waiting {
 
     /// Leaves the queue on every node, in the background.
     fn leave_all(&self) {
-        let (inner, keys, waiter) = (self.inner.clone(), self.keys.clone(), self.waiter.clone());
-        let leave = async move { leave(&inner, &keys, &waiter, None).await };
+        let (inner, key) = (self.inner.clone(), self.key.clone());
+        let Some(waiter) = self.waiter.clone() else {
+            return;
+        };
+        let leave = async move { leave(&inner, &key, &waiter, None).await };
         if !self.inner.background.spawn(leave) {
             tracing::debug!("lock call ended outside a tokio runtime: its queue entries expire");
         }
@@ -765,11 +786,11 @@ impl Waiting {
 
 /// Takes `waiter` out of the queue on every node (or those in `send_to`),
 /// passing on a reservation made for it.
-async fn leave(inner: &Inner, keys: &LockKeys, waiter: &Arc<str>, send_to: Option<&[bool]>) {
+async fn leave(inner: &Inner, key: &Arc<[u8]>, waiter: &Arc<str>, send_to: Option<&[bool]>) {
     // The waiter id is never a token: only a reservation for it matches.
     inner
         .release_round(
-            keys,
+            key,
             waiter,
             Until::All,
             Place::Leave(waiter.clone()),
@@ -793,7 +814,7 @@ impl Drop for Waiting {
 /// the key on every node, and takes the waiter out of the queue.
 struct AcquireRound {
     inner: Arc<Inner>,
-    keys: Arc<LockKeys>,
+    key: Arc<[u8]>,
     token: Arc<str>,
     round: Round,
     /// Won (a guard took over the keys) or released.
@@ -814,7 +835,7 @@ impl AcquireRound {
         self.settled = true;
         LockGuard::acquired(
             self.inner.clone(),
-            self.keys.clone(),
+            self.key.clone(),
             resource_len,
             self.token.clone(),
             ttl,
@@ -844,7 +865,7 @@ impl AcquireRound {
                 .collect();
             self.inner
                 .release_round(
-                    &self.keys,
+                    &self.key,
                     &self.token,
                     Until::Answered(awaited),
                     place,
@@ -862,17 +883,17 @@ impl Drop for AcquireRound {
             return;
         }
         let stragglers = self.round.take_pending();
-        let (inner, keys, token) = (self.inner.clone(), self.keys.clone(), self.token.clone());
+        let (inner, key, token) = (self.inner.clone(), self.key.clone(), self.token.clone());
         let place = self.waiter.take().map_or(Place::None, Place::Leave);
         let cleanup = async move {
             stragglers.await;
             inner
-                .release_round(&keys, &token, Until::All, place, None)
+                .release_round(&key, &token, Until::All, place, None)
                 .await;
         };
         if !self.inner.background.spawn(cleanup) {
             tracing::warn!(
-                resource = %show_resource(&self.keys.key),
+                resource = %show_resource(&self.key),
                 "lock call dropped outside a tokio runtime; keys its round set expire by their ttl"
             );
         }
@@ -910,7 +931,8 @@ fn acquire_failure(resource: &[u8], round: &mut Round, elapsed: Duration, attemp
 
 /// A fresh lock token: a UUID v4, 122 random bits from the OS CSPRNG.
 fn new_token() -> Arc<str> {
-    uuid::Uuid::new_v4().simple().to_string().into()
+    let mut text = uuid::Uuid::encode_buffer();
+    Arc::from(&*uuid::Uuid::new_v4().simple().encode_lower(&mut text))
 }
 
 /// A resource name for errors and logs: lossy UTF-8, cut to 128 characters.

@@ -9,11 +9,15 @@ use std::sync::LazyLock;
 use redis::Script;
 
 /// The Lua shared by the scripts that touch the queue of waiters (see
-/// `queue.rs`): the node's clock, the queue's first live waiter, handing a
-/// free key on to it, and putting a waiter in the queue.
+/// `queue.rs`): the names of the lock key's queue and waiter lifetimes
+/// (derived from the lock key `KEYS[1]`, on the same node), the node's
+/// clock, the queue's first live waiter, handing a free key on to it, and
+/// putting a waiter in the queue.
 macro_rules! queue_lua {
     () => {
         r#"local reserved_prefix = "quorlock-next:"
+local QUEUE = KEYS[1] .. ":quorlock-queue"
+local ALIVE = KEYS[1] .. ":quorlock-alive"
 local clock = nil
 local function now_ms()
     if not clock then
@@ -72,10 +76,10 @@ end
 }
 
 /// Takes the lock for a waiter in the queue, or queues it. `KEYS`: the lock
-/// key, the queue (a sorted set of waiter ids by ticket), the waiters'
-/// lifetimes (a hash of node-clock milliseconds) and, with fencing on, the
-/// fencing counter. `ARGV`: token, TTL in ms, waiter id, ticket (0: join at
-/// the back), waiter lifetime in ms.
+/// key and, with fencing on, the fencing counter; beside the lock key live
+/// its queue (a sorted set of waiter ids by ticket) and its waiters'
+/// lifetimes (a hash of node-clock milliseconds). `ARGV`: token, TTL in ms,
+/// waiter id, ticket (0: join at the back), waiter lifetime in ms.
 ///
 /// Sets the key (`SET PX`) only when it is absent and the waiter is the
 /// queue's first live entry (or the queue is empty), or when it holds this
@@ -90,7 +94,7 @@ const WAIT_CODE: &str = concat!(
     queue_lua!(),
     r#"local value = redis.call("get", KEYS[1])
 local waiter = ARGV[3]
-local first, until_ms = head(KEYS[2], KEYS[3])
+local first, until_ms = head(QUEUE, ALIVE)
 if value and string.sub(value, 1, #reserved_prefix) == reserved_prefix
     and string.sub(value, #reserved_prefix + 1) ~= first then
     if first and first ~= waiter then
@@ -104,23 +108,23 @@ end
 if (not value and (not first or first == waiter)) or value == reserved_prefix .. waiter then
     redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2])
     if first then
-        redis.call("zrem", KEYS[2], waiter)
-        redis.call("hdel", KEYS[3], waiter)
+        redis.call("zrem", QUEUE, waiter)
+        redis.call("hdel", ALIVE, waiter)
     end
-    if KEYS[4] then
-        if redis.call("exists", KEYS[4]) == 0 then
+    if KEYS[2] then
+        if redis.call("exists", KEYS[2]) == 0 then
             local time = redis.call("time")
-            redis.call("set", KEYS[4], tonumber(time[1]) * 1000000 + tonumber(time[2]))
+            redis.call("set", KEYS[2], tonumber(time[1]) * 1000000 + tonumber(time[2]))
         end
-        return {1, redis.call("incr", KEYS[4])}
+        return {1, redis.call("incr", KEYS[2])}
     end
     return {1, 0}
 end
-return {0, enqueue(KEYS[2], KEYS[3], waiter, tonumber(ARGV[4]), tonumber(ARGV[5]))}"#
+return {0, enqueue(QUEUE, ALIVE, waiter, tonumber(ARGV[4]), tonumber(ARGV[5]))}"#
 );
 
-/// Gives up our hold on `KEYS[1]` (the lock key; `KEYS[2]`, `KEYS[3]`: its
-/// queue and waiter lifetimes): only while the key holds our token `ARGV[1]`,
+/// Gives up our hold on `KEYS[1]` (the lock key, beside which live its queue
+/// and waiter lifetimes): only while the key holds our token `ARGV[1]`,
 /// it hands the key on to the queue's first live waiter (a reservation that
 /// lives as long as that waiter's entry, published on the channel named
 /// after the key with the waiter id as message), or deletes it when nobody
@@ -132,24 +136,38 @@ return {0, enqueue(KEYS[2], KEYS[3], waiter, tonumber(ARGV[4]), tonumber(ARGV[5]
 /// `-1` (the waiter leaves: it gave up, was cancelled or won) removes the
 /// waiter from the queue and also hands on a reservation made for it.
 /// `ARGV[4]`: the waiter lifetime in ms.
+///
+/// The release of a held lock with nobody waiting (no queue) is settled
+/// before the shared Lua is even defined: it costs what a plain
+/// compare-and-delete costs, plus one `EXISTS`.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_CODE));
 const RELEASE_CODE: &str = concat!(
-    queue_lua!(),
     r#"local value = redis.call("get", KEYS[1])
-local ours = value == ARGV[1]
+if not ARGV[2] then
+    if value ~= ARGV[1] then
+        return 0
+    end
+    if redis.call("exists", KEYS[1] .. ":quorlock-queue") == 0 then
+        redis.call("del", KEYS[1])
+        return 1
+    end
+end
+"#,
+    queue_lua!(),
+    r#"local ours = value == ARGV[1]
 local waiter = ARGV[2]
 if waiter then
     local ticket = tonumber(ARGV[3])
     if ticket < 0 then
-        redis.call("zrem", KEYS[2], waiter)
-        redis.call("hdel", KEYS[3], waiter)
+        redis.call("zrem", QUEUE, waiter)
+        redis.call("hdel", ALIVE, waiter)
         ours = ours or value == reserved_prefix .. waiter
     elseif ours then
-        enqueue(KEYS[2], KEYS[3], waiter, ticket, tonumber(ARGV[4]))
+        enqueue(QUEUE, ALIVE, waiter, ticket, tonumber(ARGV[4]))
     end
 end
 if ours then
-    hand_on(KEYS[1], KEYS[2], KEYS[3])
+    hand_on(KEYS[1], QUEUE, ALIVE)
 end
 if value == ARGV[1] then
     return 1
@@ -235,5 +253,13 @@ mod tests {
             crate::queue::RESERVED_PREFIX
         );
         assert!(WAIT_CODE.contains(&marked) && RELEASE_CODE.contains(&marked));
+    }
+
+    #[test]
+    fn the_scripts_name_the_queue_keys_as_the_client_refuses_them() {
+        for suffix in [crate::queue::QUEUE_SUFFIX, crate::queue::ALIVE_SUFFIX] {
+            let named = format!("KEYS[1] .. \"{}\"", String::from_utf8_lossy(suffix));
+            assert!(WAIT_CODE.contains(&named) && RELEASE_CODE.contains(&named));
+        }
     }
 }

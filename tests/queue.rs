@@ -310,3 +310,43 @@ async fn queue_keys_are_not_resources() {
         );
     }
 }
+
+/// A client that found a key taken joins the queue in its next call's first
+/// round (no `SET NX` that would be refused); when that round finds the lock
+/// free it takes it all the same, and the call after goes back to `SET NX`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_found_taken_is_joined_at_once_next_time() {
+    let nodes = servers(3);
+    let (holder, waiter) = (patient_client(&nodes), patient_client(&nodes));
+    let resource = "queue:busy-hint";
+    let held = holder.lock(resource, TTL).await.unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.lock(resource, TTL).await }
+    });
+    wait_queued(&nodes, &[0, 1, 2], &waiter, resource, 1).await;
+    held.unlock().await.unwrap();
+    waiting.await.unwrap().unwrap().unlock().await.unwrap();
+    waiter.flush().await;
+    holder.flush().await;
+
+    // The lock is free and nobody waits. The waiter's client remembers the
+    // key as taken: its first round is the queue script, and it is granted.
+    support::reset_stats(&nodes);
+    let guard = waiter.lock(resource, TTL).await.unwrap();
+    waiter.flush().await; // a round's last answers come in the background
+    let calls = support::command_calls(&nodes);
+    assert_eq!(calls.get("evalsha").copied(), Some(3), "{calls:?}");
+    assert_eq!(calls.get("zrange").copied(), Some(3), "{calls:?}");
+    guard.unlock().await.unwrap();
+    waiter.flush().await;
+
+    // Found free: the next call is a plain `SET NX` again.
+    support::reset_stats(&nodes);
+    let guard = waiter.lock(resource, TTL).await.unwrap();
+    waiter.flush().await;
+    let calls = support::command_calls(&nodes);
+    assert_eq!(calls.get("set").copied(), Some(3), "{calls:?}");
+    assert_eq!(calls.get("evalsha"), None, "{calls:?}");
+    guard.unlock().await.unwrap();
+}
