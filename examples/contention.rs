@@ -1,27 +1,32 @@
 //! Contention across processes: P worker processes (this executable, re-run
 //! as workers), each with T tasks, compete for one resource on 5 real
 //! `redis-server` nodes for S seconds, with default options. Each holder
-//! `INCR`s a key on a separate checker Redis (it must read 1), works 1 ms,
-//! `DECR`s it and unlocks. Prints, per client, its acquisitions and failed
+//! `INCR`s a key on a separate checker Redis (it must read 1), works 1 ms
+//! (a blocking sleep, as exact as the OS makes it), `DECR`s it and unlocks. Prints, per client, its acquisitions and failed
 //! `lock` calls, and over all of them the wait (call to guard) percentiles,
 //! the requests the nodes received per acquisition and the overlaps seen by
 //! the checker.
 //!
 //! ```text
-//! cargo run --release --example contention [PROCESSES] [TASKS] [SECONDS] [CLIENT]
+//! cargo run --release --example contention [--runs R] [PROCESSES] [TASKS] [SECONDS] [CLIENT]
 //! ```
 //!
 //! Defaults: 4 4 5 quorlock. `TASKS` may be a `+`-separated list (`2+1`):
 //! that many clients in each process, each with its own connections, as
 //! separate processes would have. `CLIENT` is `quorlock` (default options)
-//! or `rslock` (its default 3 retries, with a 5 ms retry delay).
+//! or `rslock` (its default 3 retries, with a 5 ms retry delay). `--runs R`
+//! repeats the run R times on fresh servers and ends with the medians and
+//! their spread (max − min over the median): one run on a shared machine
+//! varies by 7–16 %.
 //!
 //! Requests per acquisition: the lock's own requests to the nodes (from
 //! `INFO commandstats`: `EVALSHA`, `EVAL`, `PING`, `SUBSCRIBE`,
 //! `UNSUBSCRIBE`, and for rslock its direct `SET`s; commands that scripts run
-//! inside are not requests; quorlock's direct `SET`s, one per node in each
-//! call's first round, cannot be told apart from its scripts' and are added
-//! as 5 per call), over all nodes, per acquisition. An
+//! inside are not requests; quorlock's direct `SET`s, one per node in a
+//! call's first round unless the client found the key taken last time,
+//! cannot be told apart from the `SET`s its scripts run and are counted as 5
+//! for every call: for quorlock the figure is an upper bound), over all
+//! nodes, per acquisition. An
 //! uncontended quorlock cycle is 2 per node: 10 on 5 nodes.
 //!
 //! It needs `redis-server` on PATH (scripts/test.sh installs it).
@@ -131,7 +136,9 @@ async fn run_client(
                         if inside != 1 {
                             overlaps.fetch_add(1, Ordering::Relaxed);
                         }
-                        tokio::time::sleep(HOLD).await;
+                        // A blocking sleep: tokio's timer would round 1 ms
+                        // up to about 2 (its resolution is 1 ms).
+                        tokio::task::block_in_place(|| std::thread::sleep(HOLD));
                         let _: redis::RedisResult<i64> = redis::cmd("DECR")
                             .arg("holders")
                             .query_async(&mut checker)
@@ -232,8 +239,135 @@ fn requests(nodes: &[support::RedisServer], kind: &str) -> u64 {
         .sum()
 }
 
+/// One run's figures, over all clients.
+struct Summary {
+    acquisitions: u64,
+    failed: u64,
+    /// The fewest and most acquisitions of one client.
+    share_min: u64,
+    share_max: u64,
+    wait_p50_ms: f64,
+    wait_p99_ms: f64,
+    wait_max_ms: f64,
+    requests_per_acquisition: f64,
+}
+
+/// The settings of a run.
+struct Setup<'a> {
+    processes: u64,
+    tasks: &'a str,
+    clients_per_process: usize,
+    seconds: u64,
+    kind: &'a str,
+}
+
+/// One run on fresh servers: prints each client's counts and the run's
+/// totals; an overlap is an error.
+fn run_once(setup: &Setup<'_>) -> Result<Summary, String> {
+    let servers = support::servers(6);
+    let checker = servers[0].url();
+    let nodes = support::urls(&servers[1..]);
+    let exe = std::env::current_exe().map_err(|err| err.to_string())?;
+    let start_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|now| now.as_millis() + 2_000)
+        .unwrap_or(0);
+    let children: Vec<_> = (0..setup.processes)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args(["--worker", setup.kind, setup.tasks])
+                .args([setup.seconds.to_string(), start_ms.to_string()])
+                .arg(&checker)
+                .args(&nodes)
+                .stdout(Stdio::piped())
+                .spawn()
+        })
+        .collect();
+    // The counts start after the workers' warm-up (which is before the start).
+    std::thread::sleep(Duration::from_millis(1_500));
+    support::reset_stats(&servers[1..]);
+    println!("process  client  acquisitions  failed calls");
+    let (mut total, mut failed, mut overlaps, mut waits) = (0, 0, 0, Vec::new());
+    let (mut share_min, mut share_max) = (u64::MAX, 0);
+    for (index, child) in children.into_iter().enumerate() {
+        let output = match child.and_then(|child| child.wait_with_output()) {
+            Ok(output) if output.status.success() => output,
+            Ok(output) => return Err(format!("worker {index} failed: {}", output.status)),
+            Err(err) => return Err(format!("worker {index}: {err}")),
+        };
+        let text = String::from_utf8_lossy(&output.stdout);
+        let mut lines = text.lines();
+        for client in 0..setup.clients_per_process {
+            let counts: Vec<u64> = lines
+                .next()
+                .unwrap_or_default()
+                .split(' ')
+                .filter_map(|n| n.parse().ok())
+                .collect();
+            let [acquired, failures, overlapped] = counts[..] else {
+                return Err(format!("worker {index} printed {text:?}"));
+            };
+            waits.extend(
+                lines
+                    .next()
+                    .unwrap_or_default()
+                    .split(' ')
+                    .filter_map(|n| n.parse::<u64>().ok()),
+            );
+            println!("{index:>7}  {client:>6}  {acquired:>12}  {failures:>12}");
+            total += acquired;
+            failed += failures;
+            overlaps += overlapped;
+            share_min = share_min.min(acquired);
+            share_max = share_max.max(acquired);
+        }
+    }
+    let mut requests = requests(&servers[1..], setup.kind);
+    if setup.kind == "quorlock" {
+        // At most one plain SET round per call (see the module docs).
+        requests += 5 * (total + failed);
+    }
+    waits.sort_unstable();
+    let summary = Summary {
+        acquisitions: total,
+        failed,
+        share_min,
+        share_max,
+        wait_p50_ms: percentile(&waits, 0.5),
+        wait_p99_ms: percentile(&waits, 0.99),
+        wait_max_ms: percentile(&waits, 1.0),
+        requests_per_acquisition: requests as f64 / total.max(1) as f64,
+    };
+    println!(
+        "total {total} acquisitions, {failed} failed calls, {overlaps} overlaps; wait p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {}{:.1} requests per acquisition",
+        summary.wait_p50_ms,
+        summary.wait_p99_ms,
+        summary.wait_max_ms,
+        if setup.kind == "quorlock" {
+            "at most "
+        } else {
+            ""
+        },
+        summary.requests_per_acquisition
+    );
+    if overlaps > 0 {
+        return Err("FAILED: two holders at once".into());
+    }
+    Ok(summary)
+}
+
+/// The median of `values` and the spread (max − min) over it.
+fn median(mut values: Vec<f64>) -> (f64, f64) {
+    values.sort_by(f64::total_cmp);
+    let Some(&middle) = values.get(values.len() / 2) else {
+        return (0.0, 0.0);
+    };
+    let spread = values.last().unwrap_or(&middle) - values.first().unwrap_or(&middle);
+    (middle, if middle > 0.0 { spread / middle } else { 0.0 })
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
     let runtime = match support::runtime() {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -257,105 +391,67 @@ fn main() -> ExitCode {
             }
         };
     }
+    let mut runs = Some(1);
+    if args.first().map(String::as_str) == Some("--runs") {
+        runs = args.get(1).and_then(|text| text.parse::<usize>().ok());
+        args.drain(..2.min(args.len()));
+    }
     let processes = args
         .first()
         .map_or(Some(4), |text| text.parse::<u64>().ok());
     let tasks = args.get(1).map_or("4", String::as_str);
     let seconds = args.get(2).map_or(Some(5), |text| text.parse::<u64>().ok());
     let kind = args.get(3).map_or("quorlock", String::as_str);
-    let (Some(processes @ 1..), Some(task_list), Some(seconds @ 1..), "quorlock" | "rslock") =
-        (processes, parse_tasks(tasks), seconds, kind)
+    let (
+        Some(runs @ 1..),
+        Some(processes @ 1..),
+        Some(task_list),
+        Some(seconds @ 1..),
+        "quorlock" | "rslock",
+    ) = (runs, processes, parse_tasks(tasks), seconds, kind)
     else {
-        eprintln!("usage: contention [PROCESSES] [TASKS|T1+T2..] [SECONDS] [quorlock|rslock]");
+        eprintln!(
+            "usage: contention [--runs R] [PROCESSES] [TASKS|T1+T2..] [SECONDS] [quorlock|rslock]"
+        );
         return ExitCode::from(2);
     };
-    let servers = support::servers(6);
-    let checker = servers[0].url();
-    let nodes = support::urls(&servers[1..]);
-    let exe = match std::env::current_exe() {
-        Ok(exe) => exe,
-        Err(err) => {
-            eprintln!("contention: {err}");
-            return ExitCode::FAILURE;
-        }
+    let setup = Setup {
+        processes,
+        tasks,
+        clients_per_process: task_list.len(),
+        seconds,
+        kind,
     };
-    let start_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|now| now.as_millis() + 2_000)
-        .unwrap_or(0);
-    let children: Vec<_> = (0..processes)
-        .map(|_| {
-            std::process::Command::new(&exe)
-                .args(["--worker", kind, tasks])
-                .args([seconds.to_string(), start_ms.to_string()])
-                .arg(&checker)
-                .args(&nodes)
-                .stdout(Stdio::piped())
-                .spawn()
-        })
-        .collect();
-    // The counts start after the workers' warm-up (which is before the start).
-    std::thread::sleep(Duration::from_millis(1_500));
-    support::reset_stats(&servers[1..]);
-    println!(
-        "{kind}: {processes} processes x {tasks} tasks, {seconds} s, one resource on 5 nodes, {} ms holds",
-        HOLD.as_millis()
-    );
-    println!("process  client  acquisitions  failed calls");
-    let (mut total, mut failed, mut overlaps, mut waits) = (0, 0, 0, Vec::new());
-    for (index, child) in children.into_iter().enumerate() {
-        let output = match child.and_then(|child| child.wait_with_output()) {
-            Ok(output) if output.status.success() => output,
-            Ok(output) => {
-                eprintln!("contention: worker {index} failed: {}", output.status);
-                return ExitCode::FAILURE;
-            }
+    let mut summaries = Vec::new();
+    for run in 1..=runs {
+        println!(
+            "{kind}: {processes} processes x {tasks} tasks, {seconds} s, one resource on 5 nodes, {} ms holds (run {run} of {runs})",
+            HOLD.as_millis()
+        );
+        match run_once(&setup) {
+            Ok(summary) => summaries.push(summary),
             Err(err) => {
-                eprintln!("contention: worker {index}: {err}");
+                eprintln!("contention: {err}");
                 return ExitCode::FAILURE;
             }
-        };
-        let text = String::from_utf8_lossy(&output.stdout);
-        let mut lines = text.lines();
-        for client in 0..task_list.len() {
-            let counts: Vec<u64> = lines
-                .next()
-                .unwrap_or_default()
-                .split(' ')
-                .filter_map(|n| n.parse().ok())
-                .collect();
-            let [acquired, failures, overlapped] = counts[..] else {
-                eprintln!("contention: worker {index} printed {text:?}");
-                return ExitCode::FAILURE;
-            };
-            waits.extend(
-                lines
-                    .next()
-                    .unwrap_or_default()
-                    .split(' ')
-                    .filter_map(|n| n.parse::<u64>().ok()),
-            );
-            println!("{index:>7}  {client:>6}  {acquired:>12}  {failures:>12}");
-            total += acquired;
-            failed += failures;
-            overlaps += overlapped;
         }
     }
-    let mut requests = requests(&servers[1..], kind);
-    if kind == "quorlock" {
-        requests += 5 * (total + failed);
-    }
-    waits.sort_unstable();
-    println!(
-        "total {total} acquisitions, {failed} failed calls, {overlaps} overlaps; wait p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {:.1} requests per acquisition",
-        percentile(&waits, 0.5),
-        percentile(&waits, 0.99),
-        percentile(&waits, 1.0),
-        requests as f64 / total.max(1) as f64
-    );
-    if overlaps > 0 {
-        println!("FAILED: two holders at once");
-        return ExitCode::FAILURE;
+    if runs > 1 {
+        let of = |figure: fn(&Summary) -> f64| median(summaries.iter().map(figure).collect());
+        let show = |(value, spread): (f64, f64), digits: usize| {
+            format!("{value:.digits$} (spread {:.0} %)", spread * 100.0)
+        };
+        println!(
+            "median of {runs} runs: {kind} {processes} x {tasks}: acquisitions {}; per client min {} max {}; failed calls {}; wait p50 {} p99 {} max {} ms; requests per acquisition {}",
+            show(of(|s| s.acquisitions as f64), 0),
+            show(of(|s| s.share_min as f64), 0),
+            show(of(|s| s.share_max as f64), 0),
+            show(of(|s| s.failed as f64), 0),
+            show(of(|s| s.wait_p50_ms), 1),
+            show(of(|s| s.wait_p99_ms), 1),
+            show(of(|s| s.wait_max_ms), 1),
+            show(of(|s| s.requests_per_acquisition), 1),
+        );
     }
     ExitCode::SUCCESS
 }
