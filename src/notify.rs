@@ -1,19 +1,22 @@
 //! Handoff notifications across clients: when a release hands a lock key on
 //! to the first waiter in a node's queue (see `queue.rs`), the script
-//! publishes that waiter's id on the channel named after the key. A client
-//! with waiters for the key listens on that channel on every node and wakes
-//! only the waiter named, noting which nodes reserved the key for it, so it
-//! claims as soon as a quorum did. A notification that is missed (a node's
-//! subscription not yet in place, a connection lost) costs only time: the
-//! waiter's refresh round also claims a lock reserved for it.
+//! publishes that waiter's id on the channel of the waiter's *client*,
+//! `quorlock-wake:<client id>` (a waiter id is its client's id, a dot and a
+//! number). So a handoff reaches one connection per node, that of the
+//! process whose waiter it is: no process is woken for another's waiter, however
+//! many clients wait. The client wakes only the waiter named, noting which
+//! nodes reserved the key for it, so it claims as soon as a quorum did. A
+//! notification that is missed (the subscription not yet in place, a
+//! connection lost) costs only time: the waiter's refresh round also claims
+//! a lock reserved for it.
 //!
-//! Each node gets one pub/sub connection, opened by a background task the
-//! first time a key is listened for, and reopened (with every channel still
-//! wanted) if it breaks. A key's channel is unsubscribed once it has had no
-//! listener for [`LINGER`], so that a key contended now and then does not
-//! subscribe and unsubscribe with every call.
+//! Each node gets one pub/sub connection per client, opened by a background
+//! task the first time one of the client's calls waits, subscribed to the
+//! client's channel, reopened if it breaks, and closed when the client is
+//! dropped.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,34 +27,31 @@ use tokio::sync::{mpsc, watch};
 /// The pause before reopening a pub/sub connection that failed.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 
-/// How long a key's channel stays subscribed after its last listener left.
-const LINGER: Duration = Duration::from_secs(5);
-
-enum Change {
-    Subscribe(Arc<[u8]>),
-    Unsubscribe(Arc<[u8]>),
-}
+/// The start of a client's channel name; the client id follows. The scripts
+/// build the same name from a waiter id (see `scripts.rs`).
+pub(crate) const WAKE_CHANNEL_PREFIX: &str = "quorlock-wake:";
 
 /// The nodes that reserved a key for one waiter since it last looked: bit
 /// `i` for node `i` (nodes past the 64th share the last bit).
 type Reserved = watch::Sender<u64>;
 
-struct Wanted {
-    /// The listening waiters of this client, by waiter id.
-    waiters: HashMap<Arc<str>, Reserved>,
-    /// Whether a task will unsubscribe the key once it has been idle for [`LINGER`].
-    sweeping: bool,
-}
+/// The listening waiters of one client, by waiter id.
+type Wanted = Arc<Mutex<HashMap<Arc<str>, Reserved>>>;
 
 /// The listeners of one client.
 pub(crate) struct Notifications {
     clients: Vec<Client>,
     /// How long a node's pub/sub connection may take to open.
     connect_timeout: Duration,
-    wanted: Arc<Mutex<HashMap<Arc<[u8]>, Wanted>>>,
+    /// This client's id: the start of each of its waiter ids.
+    id: Arc<str>,
+    /// The number in the next waiter id.
+    next_waiter: AtomicU64,
+    wanted: Wanted,
     /// One background task per node, started on first use, and again when
-    /// the last one ended (its runtime shut down).
-    tasks: Vec<Mutex<Option<mpsc::UnboundedSender<Change>>>>,
+    /// the last one ended (its runtime shut down). Nothing is ever sent:
+    /// dropping the sender (with the client) ends the task.
+    tasks: Vec<Mutex<Option<mpsc::UnboundedSender<()>>>>,
 }
 
 impl std::fmt::Debug for Notifications {
@@ -62,91 +62,85 @@ impl std::fmt::Debug for Notifications {
     }
 }
 
-/// One waiter's interest in handoffs of one key to it.
+/// One waiter's interest in handoffs to it.
 pub(crate) struct Listening {
-    notifications: Arc<Notifications>,
-    key: Arc<[u8]>,
+    wanted: Wanted,
     waiter: Arc<str>,
     reserved: watch::Receiver<u64>,
 }
 
 impl Notifications {
-    pub(crate) fn new(clients: Vec<Client>, connect_timeout: Duration) -> Self {
+    /// The notifications of a client with id `id` (no dot in it) over the
+    /// nodes of `clients`.
+    pub(crate) fn new(clients: Vec<Client>, connect_timeout: Duration, id: Arc<str>) -> Self {
         let tasks = clients.iter().map(|_| Mutex::default()).collect();
         Notifications {
             clients,
             connect_timeout,
+            id,
+            next_waiter: AtomicU64::new(1),
             wanted: Arc::default(),
             tasks,
         }
     }
 
-    fn wanted(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<[u8]>, Wanted>> {
-        // Each update is a single insert, remove or counter change: a panic
-        // elsewhere cannot leave the map half written.
-        self.wanted
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// A new waiter id: the client id, a dot, a number of this client's.
+    /// Never a token (tokens have no dot).
+    pub(crate) fn new_waiter(&self) -> Arc<str> {
+        let number = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+        format!("{}.{number}", self.id).into()
     }
 
-    /// Starts listening for handoffs of `key` to `waiter` on every node.
-    pub(crate) fn listen(self: &Arc<Self>, key: &Arc<[u8]>, waiter: &Arc<str>) -> Listening {
-        let (reserved, first) = {
-            let mut wanted = self.wanted();
-            let first = !wanted.contains_key(key);
-            let entry = wanted.entry(key.clone()).or_insert_with(|| Wanted {
-                waiters: HashMap::new(),
-                sweeping: false,
-            });
-            let (sender, receiver) = watch::channel(0);
-            entry.waiters.insert(waiter.clone(), sender);
-            (receiver, first)
-        };
-        if first {
-            self.send(|| Change::Subscribe(key.clone()));
-        }
+    /// Starts listening for handoffs to `waiter` on every node.
+    pub(crate) fn listen(&self, waiter: &Arc<str>) -> Listening {
+        let (sender, reserved) = watch::channel(0);
+        lock(&self.wanted).insert(waiter.clone(), sender);
+        self.ensure_tasks();
         Listening {
-            notifications: self.clone(),
-            key: key.clone(),
+            wanted: self.wanted.clone(),
             waiter: waiter.clone(),
             reserved,
         }
     }
 
-    /// Sends a change to every node's task, starting a task where there is
-    /// none or it ended (a new task subscribes to every wanted key itself).
-    fn send(&self, change: impl Fn() -> Change) {
+    /// Starts a node's task where there is none or it ended (with the
+    /// runtime that ran it).
+    fn ensure_tasks(&self) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         for (index, (client, task)) in self.clients.iter().zip(&self.tasks).enumerate() {
             let mut task = task.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            if let Some(sender) = task.as_ref()
-                && sender.send(change()).is_ok()
-            {
+            if task.as_ref().is_some_and(|sender| !sender.is_closed()) {
                 continue;
             }
-            // The task is gone with the runtime that ran it, or never started.
-            let (sender, receiver) = mpsc::unbounded_channel();
+            let (sender, closed) = mpsc::unbounded_channel();
             runtime.spawn(listen_to_node(
                 index,
                 client.clone(),
                 self.connect_timeout,
+                format!("{WAKE_CHANNEL_PREFIX}{}", self.id),
                 self.wanted.clone(),
-                receiver,
+                closed,
             ));
             *task = Some(sender);
         }
     }
 }
 
+/// The map of waiters; each update is a single insert or remove, so a panic
+/// elsewhere cannot leave it half written.
+fn lock(wanted: &Wanted) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Reserved>> {
+    wanted
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 impl Listening {
     /// Forgets the handoffs seen so far (before a round: its own outcome
     /// replaces them).
     pub(crate) fn clear(&mut self) {
-        if let Some(entry) = self.notifications.wanted().get(&self.key)
-            && let Some(sender) = entry.waiters.get(&self.waiter)
-        {
+        if let Some(sender) = lock(&self.wanted).get(&self.waiter) {
             sender.send_replace(0);
         }
         self.reserved.borrow_and_update();
@@ -170,114 +164,53 @@ impl Listening {
 
 impl Drop for Listening {
     fn drop(&mut self) {
-        let sweep = {
-            let mut wanted = self.notifications.wanted();
-            match wanted.get_mut(&self.key) {
-                Some(entry) => {
-                    entry.waiters.remove(&self.waiter);
-                    let idle = entry.waiters.is_empty() && !entry.sweeping;
-                    entry.sweeping |= idle;
-                    idle
-                }
-                None => false,
-            }
-        };
-        if !sweep {
-            return;
-        }
-        // Unsubscribe once the key has had no listener for a while.
-        let (notifications, key) = (self.notifications.clone(), self.key.clone());
-        let sweeper = async move {
-            loop {
-                tokio::time::sleep(LINGER).await;
-                let mut wanted = notifications.wanted();
-                let Some(entry) = wanted.get_mut(&key) else {
-                    return;
-                };
-                if entry.waiters.is_empty() {
-                    wanted.remove(&key);
-                    drop(wanted);
-                    notifications.send(|| Change::Unsubscribe(key.clone()));
-                    return;
-                }
-            }
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(sweeper);
-            }
-            Err(_) => {
-                // No runtime: no task runs the connections either.
-                self.notifications.wanted().remove(&self.key);
-            }
-        }
+        lock(&self.wanted).remove(&self.waiter);
     }
 }
 
-/// One node's pub/sub connection (node `index`): applies the changes, marks
-/// each message's key as reserved by this node for the waiter it names, and
-/// reopens the connection (resubscribing every
-/// wanted key) when it breaks. Ends when its client is dropped.
+/// One node's pub/sub connection (node `index`), subscribed to the client's
+/// `channel`: marks the waiter each message names as reserved by this node,
+/// and reopens the connection when it breaks. Ends when its client is
+/// dropped (`closed` ends).
 async fn listen_to_node(
     index: usize,
     client: Client,
     connect_timeout: Duration,
-    wanted: Arc<Mutex<HashMap<Arc<[u8]>, Wanted>>>,
-    mut changes: mpsc::UnboundedReceiver<Change>,
+    channel: String,
+    wanted: Wanted,
+    mut closed: mpsc::UnboundedReceiver<()>,
 ) {
-    let wanted_keys = || -> Vec<Arc<[u8]>> {
-        wanted
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .keys()
-            .cloned()
-            .collect()
-    };
+    let bit = 1u64 << index.min(63);
     loop {
-        let pubsub = match tokio::time::timeout(connect_timeout, client.get_async_pubsub()).await {
-            Ok(Ok(pubsub)) => pubsub,
-            _ => {
-                // Drain changes meanwhile; the wanted set is re-read on connect.
-                tokio::select! {
-                    change = changes.recv() => if change.is_none() { return },
-                    _ = tokio::time::sleep(RECONNECT_PAUSE) => {}
-                }
-                continue;
-            }
+        let connected = tokio::time::timeout(connect_timeout, async {
+            let mut pubsub = client.get_async_pubsub().await?;
+            pubsub.subscribe(&channel).await?;
+            Ok::<_, redis::RedisError>(pubsub)
+        });
+        let pubsub = tokio::select! {
+            _ = closed.recv() => return,
+            connected = connected => connected,
         };
-        let (mut sink, mut messages) = pubsub.split();
-        let mut healthy = true;
-        for key in wanted_keys() {
-            healthy &= sink.subscribe(&*key).await.is_ok();
-        }
-        while healthy {
-            tokio::select! {
-                change = changes.recv() => {
-                    healthy = match change {
-                        None => return,
-                        Some(Change::Subscribe(key)) => sink.subscribe(&*key).await.is_ok(),
-                        Some(Change::Unsubscribe(key)) => sink.unsubscribe(&*key).await.is_ok(),
-                    };
+        if let Ok(Ok(mut pubsub)) = pubsub {
+            let mut messages = pubsub.on_message();
+            loop {
+                let message = tokio::select! {
+                    _ = closed.recv() => return,
+                    message = messages.next() => message,
+                };
+                let Some(message) = message else {
+                    break;
+                };
+                if let Ok(waiter) = message.get_payload::<String>()
+                    && let Some(reserved) = lock(&wanted).get(waiter.as_str())
+                {
+                    reserved.send_modify(|nodes| *nodes |= bit);
                 }
-                message = messages.next() => match message {
-                    Some(message) => {
-                        let bit = 1u64 << index.min(63);
-                        if let (Ok(channel), Ok(waiter)) = (
-                            message.get_channel::<Vec<u8>>(),
-                            message.get_payload::<String>(),
-                        ) && let Some(reserved) = wanted
-                            .lock()
-                            .unwrap_or_else(|poisoned| poisoned.into_inner())
-                            .get(&channel[..])
-                            .and_then(|entry| entry.waiters.get(waiter.as_str()))
-                        {
-                            reserved.send_modify(|nodes| *nodes |= bit);
-                        }
-                    }
-                    None => healthy = false,
-                },
             }
         }
-        tokio::time::sleep(RECONNECT_PAUSE).await;
+        tokio::select! {
+            _ = closed.recv() => return,
+            _ = tokio::time::sleep(RECONNECT_PAUSE) => {}
+        }
     }
 }

@@ -20,9 +20,11 @@
 //! - A release (`scripts::RELEASE`, token-checked as before) does not just
 //!   delete `K` when someone waits: it replaces our token with a reservation
 //!   for the first waiter, `quorlock-next:<waiter id>`, that lives as long
-//!   as that waiter's entry, and publishes the waiter id on the channel `K`.
-//!   Only that waiter acts on it: no herd. It makes its claim round once a
-//!   quorum of nodes told it so (or shortly after the first did).
+//!   as that waiter's entry, and publishes the waiter id on the channel of
+//!   that waiter's client (see `notify.rs`): one process hears it, and in
+//!   it only that waiter acts on it: no herd, of tasks or of processes. It
+//!   makes its claim round once a quorum of nodes told it so (or shortly
+//!   after the first did).
 //! - Tickets: a new waiter joins each node at "last ticket there + 1"; the
 //!   client takes the highest ticket any node gave and, if the nodes
 //!   differed, writes it to every node with its next round. From then on

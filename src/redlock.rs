@@ -122,6 +122,7 @@ impl Redlock {
         let notifications = Arc::new(Notifications::new(
             nodes.iter().map(|node| node.client().clone()).collect(),
             config.connect_timeout,
+            new_token(),
         ));
         Redlock {
             inner: Arc::new(Inner {
@@ -591,7 +592,7 @@ impl Inner {
                 if failure.is_contended() {
                     if waiting.listening.is_none() && self.config.release_notifications {
                         let waiter = waiting.id().clone();
-                        waiting.listening = Some(self.notifications.listen(&key, &waiter));
+                        waiting.listening = Some(self.notifications.listen(&waiter));
                     }
                     if !std::mem::take(&mut waiting.rewrite) {
                         self.await_handoff(waiting.listening.as_mut(), deadline)
@@ -744,7 +745,9 @@ struct Waiting {
 impl Waiting {
     /// The waiter id.
     fn id(&mut self) -> &Arc<str> {
-        self.waiter.get_or_insert_with(new_token)
+        let notifications = &self.inner.notifications;
+        self.waiter
+            .get_or_insert_with(|| notifications.new_waiter())
     }
 
     /// The lock is ours: the grants removed our entry on the nodes that

@@ -42,7 +42,10 @@ local function head(queue, alive)
 end
 local function reserve(key, first, until_ms)
     redis.call("set", key, reserved_prefix .. first, "PX", string.format("%d", until_ms - now_ms()))
-    redis.call("publish", key, first)
+    local client = string.match(first, "^([^.]+)%.")
+    if client then
+        redis.call("publish", "quorlock-wake:" .. client, first)
+    end
 end
 local function hand_on(key, queue, alive)
     local first, until_ms = head(queue, alive)
@@ -126,9 +129,9 @@ return {0, enqueue(QUEUE, ALIVE, waiter, tonumber(ARGV[4]), tonumber(ARGV[5]))}"
 /// Gives up our hold on `KEYS[1]` (the lock key, beside which live its queue
 /// and waiter lifetimes): only while the key holds our token `ARGV[1]`,
 /// it hands the key on to the queue's first live waiter (a reservation that
-/// lives as long as that waiter's entry, published on the channel named
-/// after the key with the waiter id as message), or deletes it when nobody
-/// waits. Returns 1 when the key held our token, 0 otherwise.
+/// lives as long as that waiter's entry, published with the waiter id as
+/// message on the channel of the waiter's client, `quorlock-wake:` and the
+/// waiter id up to its dot), or deletes it when nobody waits. Returns 1 when the key held our token, 0 otherwise.
 ///
 /// With a waiter id `ARGV[2]` and `ARGV[3]`: a ticket `>= 0` (the cleanup of
 /// a lost round) first puts the waiter back in the queue under that ticket
@@ -253,6 +256,12 @@ mod tests {
             crate::queue::RESERVED_PREFIX
         );
         assert!(WAIT_CODE.contains(&marked) && RELEASE_CODE.contains(&marked));
+    }
+
+    #[test]
+    fn the_scripts_publish_on_the_channel_the_client_listens_to() {
+        let channel = format!("\"{}\" .. client", crate::notify::WAKE_CHANNEL_PREFIX);
+        assert!(WAIT_CODE.contains(&channel) && RELEASE_CODE.contains(&channel));
     }
 
     #[test]

@@ -116,3 +116,108 @@ async fn with_notifications_off_the_waiter_polls() {
     );
     guard.unwrap().unlock().await.unwrap();
 }
+
+/// A handoff is published on the channel of the waiter's own client, which
+/// only that client's connection hears: a release wakes one process, not
+/// every process with a waiter for the key. Two waiting clients, two
+/// handoffs, watched on one node by a pattern subscriber.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_reaches_only_the_waiters_client() {
+    let nodes = servers(3);
+    let patient = || {
+        Redlock::builder(urls(&nodes))
+            .acquire_timeout(Duration::from_secs(30))
+            .build()
+            .unwrap()
+    };
+    let (holder, first, second) = (patient(), patient(), patient());
+    let resource = "notify:one-process";
+    let mut queue = holder.key(resource).unwrap();
+    queue.extend_from_slice(b":quorlock-queue");
+    let queued = |count: i64| {
+        let queue = queue.clone();
+        let nodes = &nodes;
+        support::eventually(Duration::from_secs(10), move || {
+            nodes.iter().all(|node| {
+                redis::cmd("ZCARD")
+                    .arg(&queue)
+                    .query::<i64>(&mut node.connection())
+                    .is_ok_and(|queued| queued == count)
+            })
+        })
+    };
+    // Everything published on node 0, from before the first handoff.
+    let (published, heard) = std::sync::mpsc::channel::<(String, String, i64)>();
+    let url = nodes[0].url();
+    std::thread::spawn(move || {
+        let client = redis::Client::open(url).unwrap();
+        let mut connection = client.get_connection().unwrap();
+        let mut counter = client.get_connection().unwrap();
+        let mut pubsub = connection.as_pubsub();
+        pubsub.psubscribe("*").unwrap();
+        while let Ok(message) = pubsub.get_message() {
+            let channel: String = message.get_channel().unwrap();
+            let payload: String = message.get_payload().unwrap();
+            let (_, listeners): (String, i64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query(&mut counter)
+                .unwrap();
+            if published.send((channel, payload, listeners)).is_err() {
+                return;
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await; // the pattern is in place
+
+    let held = holder.lock(resource, TTL).await.unwrap();
+    let spawn_waiter = |client: &Redlock| {
+        let client = client.clone();
+        tokio::spawn(async move { client.lock(resource, TTL).await })
+    };
+    let first_waiting = spawn_waiter(&first);
+    assert!(queued(1).await, "the first waiter did not queue");
+    let second_waiting = spawn_waiter(&second);
+    assert!(queued(2).await, "the second waiter did not queue");
+    held.unlock().await.unwrap();
+    first_waiting
+        .await
+        .unwrap()
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    second_waiting
+        .await
+        .unwrap()
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+
+    let messages: Vec<_> = std::iter::from_fn(|| heard.recv_timeout(Duration::from_secs(2)).ok())
+        .take(2)
+        .collect();
+    assert_eq!(
+        messages.len(),
+        2,
+        "one handoff message per waiter: {messages:?}"
+    );
+    for (channel, waiter, listeners) in &messages {
+        let client = waiter.split('.').next().unwrap_or_default();
+        assert_eq!(
+            channel,
+            &format!("quorlock-wake:{client}"),
+            "published on the channel of the waiter's client"
+        );
+        // The waiter's client, and our pattern subscriber (not counted by NUMSUB).
+        assert_eq!(
+            *listeners, 1,
+            "{channel} is heard by one client: {messages:?}"
+        );
+    }
+    assert_ne!(
+        messages[0].0, messages[1].0,
+        "two clients, two channels: {messages:?}"
+    );
+}
