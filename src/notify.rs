@@ -13,7 +13,10 @@
 //! Each node gets one pub/sub connection per client, opened by a background
 //! task the first time one of the client's calls waits, subscribed to the
 //! client's channel, reopened if it breaks, and closed when the client is
-//! dropped.
+//! dropped. A waiter listens from before its first round in the queue, and
+//! once a connection is (re)subscribed every listening waiter counts that
+//! node as possibly reserved for it, so a handoff published while nobody
+//! listened costs one claim round, not a refresh interval.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -192,6 +195,13 @@ async fn listen_to_node(
             connected = connected => connected,
         };
         if let Ok(Ok(mut pubsub)) = pubsub {
+            // Handoffs published while nobody listened (before this
+            // connection, or between two) are not lost: every waiter takes
+            // this node as possibly reserved for it, and its claim round
+            // (which queues it again if not) finds out.
+            for reserved in lock(&wanted).values() {
+                reserved.send_modify(|nodes| *nodes |= bit);
+            }
             let mut messages = pubsub.on_message();
             loop {
                 let message = tokio::select! {

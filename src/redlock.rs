@@ -509,7 +509,7 @@ impl Inner {
                     let first = std::mem::replace(&mut waiting.first, false);
                     waiting.joined |= !first;
                     let ticket = waiting.ticket;
-                    (!first).then(|| (waiting.id(), ticket))
+                    (!first).then(|| (waiting.join(), ticket))
                 });
                 let mut acquiring = self.start_acquire_round(&key, ttl, queued);
                 acquiring.round.collect(Until::Decided).await;
@@ -590,10 +590,6 @@ impl Inner {
                     return Err(failure);
                 }
                 if failure.is_contended() {
-                    if waiting.listening.is_none() && self.config.release_notifications {
-                        let waiter = waiting.id().clone();
-                        waiting.listening = Some(self.notifications.listen(&waiter));
-                    }
                     if !std::mem::take(&mut waiting.rewrite) {
                         self.await_handoff(waiting.listening.as_mut(), deadline)
                             .await;
@@ -743,6 +739,18 @@ struct Waiting {
 }
 
 impl Waiting {
+    /// The waiter id, listening (with notifications on) for handoffs to it
+    /// from before its first round in the queue: one that came between
+    /// that round's answer and a later start would be missed until the
+    /// next refresh round.
+    fn join(&mut self) -> &Arc<str> {
+        if self.listening.is_none() && self.inner.config.release_notifications {
+            let waiter = self.id().clone();
+            self.listening = Some(self.inner.notifications.listen(&waiter));
+        }
+        self.id()
+    }
+
     /// The waiter id.
     fn id(&mut self) -> &Arc<str> {
         let notifications = &self.inner.notifications;
