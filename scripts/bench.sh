@@ -5,8 +5,8 @@
 # across processes (examples/contention.rs, its own servers, not pinned):
 # P worker processes x T tasks on one resource, quorlock beside rslock,
 # medians of 3 runs of 5 s (about 4 more minutes); --quick: one 2 s run of
-# 4 x 4 each.
-# Usage: scripts/bench.sh [--quick] [--json PATH]
+# 4 x 4 each; --no-contention skips it.
+# Usage: scripts/bench.sh [--quick] [--no-contention] [--json PATH]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/redis.sh
@@ -17,8 +17,14 @@ redis_setup
 echo "== building the benchmark (release)"
 bench=$(example_binary bench)
 contention=$(example_binary contention)
-quick=false
-for arg in "$@"; do [ "$arg" = --quick ] && quick=true; done
+quick=false contended=true args=()
+for arg in "$@"; do
+    case "$arg" in
+        --quick) quick=true args+=("$arg") ;;
+        --no-contention) contended=false ;;
+        *) args+=("$arg") ;;
+    esac
+done
 pin_servers=() pin_bench=()
 if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
     pin_servers=(taskset -c 1) pin_bench=(taskset -c 0)
@@ -27,8 +33,9 @@ fi
 urls=()
 for _ in 1 2 3 4 5; do urls+=("$("${pin_servers[@]}" bash -c 'source scripts/redis.sh; REDIS_TMP="$1"; redis_start' _ "$REDIS_TMP")"); done
 echo "== nodes: ${urls[*]}"
-BENCH_REDIS_DIR="$REDIS_TMP" "${pin_bench[@]}" "$bench" "$@" "${urls[@]}"
+BENCH_REDIS_DIR="$REDIS_TMP" "${pin_bench[@]}" "$bench" "${args[@]}" "${urls[@]}"
 
+$contended || exit 0
 echo "== contention across processes"
 if $quick; then
     for kind in quorlock rslock; do "$contention" 4 4 2 "$kind" | tail -1; done
