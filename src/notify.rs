@@ -5,7 +5,8 @@
 //! number). So a handoff reaches one connection per node, that of the
 //! process whose waiter it is: no process is woken for another's waiter, however
 //! many clients wait. The client wakes only the waiter named, noting which
-//! nodes reserved the key for it, so it claims as soon as a quorum did. A
+//! nodes reserved the key for it: it claims from the first, sending each
+//! node its claim as soon as that node told it. A
 //! notification that is missed (the subscription not yet in place, a
 //! connection lost) costs only time: the waiter's refresh round also claims
 //! a lock reserved for it.
@@ -141,15 +142,22 @@ fn lock(wanted: &Wanted) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Reserved
 
 impl Listening {
     /// Forgets the handoffs seen so far (before a round: its own outcome
-    /// replaces them).
-    pub(crate) fn clear(&mut self) {
-        if let Some(sender) = lock(&self.wanted).get(&self.waiter) {
-            sender.send_replace(0);
-        }
+    /// replaces them) and returns them: bit `i` for node `i`.
+    pub(crate) fn take(&mut self) -> u64 {
+        let seen = lock(&self.wanted)
+            .get(&self.waiter)
+            .map_or(0, |sender| sender.send_replace(0));
         self.reserved.borrow_and_update();
+        seen
     }
 
-    /// How many nodes reserved the key for this waiter since [`clear`](Self::clear).
+    /// A receiver of the handoffs to this waiter from now on (for the
+    /// calls of a claim round).
+    pub(crate) fn watcher(&self) -> watch::Receiver<u64> {
+        self.reserved.clone()
+    }
+
+    /// How many nodes reserved the key for this waiter since [`take`](Self::take).
     pub(crate) fn reserved(&mut self) -> usize {
         self.reserved.borrow_and_update().count_ones() as usize
     }

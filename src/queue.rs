@@ -22,9 +22,10 @@
 //!   for the first waiter, `quorlock-next:<waiter id>`, that lives as long
 //!   as that waiter's entry, and publishes the waiter id on the channel of
 //!   that waiter's client (see `notify.rs`): one process hears it, and in
-//!   it only that waiter acts on it: no herd, of tasks or of processes. It
-//!   makes its claim round once a quorum of nodes told it so (or shortly
-//!   after the first did).
+//!   it only that waiter acts on it: no herd, of tasks or of processes. Its
+//!   claim round starts when the first node told it so; each node gets the
+//!   claim as soon as it told (or [`CLAIM_GRACE`] after the round started),
+//!   and the round wins once a quorum granted, as any round.
 //! - Tickets: a new waiter joins each node at "last ticket there + 1"; the
 //!   client takes the highest ticket any node gave and, if the nodes
 //!   differed, writes it to every node with its next round. From then on
@@ -115,8 +116,9 @@ pub const WAITER_LIFETIME: Duration = Duration::from_millis(1_000);
 /// its entry on every node and claims the lock if it is free for it).
 pub const REFRESH_INTERVAL: Duration = Duration::from_millis(250);
 
-/// How long a waiter that was told by some nodes, but not yet a quorum, that
-/// the lock is reserved for it waits for the others before it claims.
+/// How long a claim round's call to a node waits for that node to tell the
+/// waiter that it reserved the lock for it before it goes anyway (the
+/// round starts when the first node told).
 pub(crate) const CLAIM_GRACE: Duration = Duration::from_millis(5);
 
 /// What a lock key holds when a release handed it on to a waiter: this,

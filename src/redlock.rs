@@ -357,20 +357,30 @@ impl Inner {
         key: &Arc<[u8]>,
         ttl: Ttl,
         waiter: Option<(&Arc<str>, u64)>,
+        gates: Option<Gates>,
     ) -> AcquireRound {
         let token = new_token();
         let counter_key = &self.config.fencing_counter_key;
         let round = match (waiter, counter_key) {
             (Some((waiter, ticket)), _) => Round::start(
-                self.nodes.iter().map(|node| {
-                    node.wait_turn(
+                self.nodes.iter().enumerate().map(|(index, node)| {
+                    let call = node.wait_turn(
                         key.clone(),
                         counter_key.clone(),
                         token.clone(),
                         ttl.millis,
                         waiter.clone(),
                         ticket,
-                    )
+                    );
+                    // A claim goes to each node once it told us (the call,
+                    // and its timeout, start when polled).
+                    let gate = gates.as_ref().map(|gates| gates.node(index));
+                    async move {
+                        if let Some(gate) = gate {
+                            gate.await;
+                        }
+                        call.await
+                    }
                 }),
                 &self.background,
             ),
@@ -492,11 +502,20 @@ impl Inner {
                 rewrite: false,
             });
             let mut attempt: u32 = 0;
+            // Set when a handoff notification ended the wait: the next
+            // round is a claim, sent to each node once it notified.
+            let mut claiming = false;
             loop {
                 attempt = attempt.saturating_add(1);
-                if let Some(listening) = waiting.as_mut().and_then(|w| w.listening.as_mut()) {
-                    listening.clear();
-                }
+                // The handoffs seen so far, forgotten: this round's outcome replaces them.
+                let gates = waiting
+                    .as_mut()
+                    .and_then(|w| w.listening.as_mut())
+                    .map(|listening| (listening.take(), &*listening))
+                    .filter(|_| std::mem::take(&mut claiming))
+                    .map(|(notified, listening)| {
+                        Gates::new(listening, notified, Instant::now() + queue::CLAIM_GRACE)
+                    });
                 // Dropped mid-round (this future cancelled), `acquiring` finishes
                 // in the background and then releases whatever it set.
                 let start = Instant::now();
@@ -511,7 +530,7 @@ impl Inner {
                     let ticket = waiting.ticket;
                     (!first).then(|| (waiting.join(), ticket))
                 });
-                let mut acquiring = self.start_acquire_round(&key, ttl, queued);
+                let mut acquiring = self.start_acquire_round(&key, ttl, queued, gates);
                 acquiring.round.collect(Until::Decided).await;
                 let elapsed = start.elapsed();
                 let votes = acquiring.round.votes;
@@ -591,7 +610,8 @@ impl Inner {
                 }
                 if failure.is_contended() {
                     if !std::mem::take(&mut waiting.rewrite) {
-                        self.await_handoff(waiting.listening.as_mut(), deadline)
+                        claiming = self
+                            .await_handoff(waiting.listening.as_mut(), deadline)
                             .await;
                     }
                 } else {
@@ -611,12 +631,13 @@ impl Inner {
         .await
     }
 
-    /// Waits until the lock is reserved for this waiter on a quorum of
-    /// nodes (or on some, [`CLAIM_GRACE`](queue::CLAIM_GRACE) after the first
-    /// said so), until its next refresh round is due, or until `deadline`.
+    /// Waits until a node told this waiter that it reserved the lock for it
+    /// (`true`: the next round is a claim, sent to each node once it told,
+    /// or [`CLAIM_GRACE`](queue::CLAIM_GRACE) after the round started),
+    /// until its next refresh round is due, or until `deadline` (`false`).
     /// Without notifications it waits for the refresh round alone, which
     /// comes after the jittered retry delay if that is shorter.
-    async fn await_handoff(&self, listening: Option<&mut Listening>, deadline: Instant) {
+    async fn await_handoff(&self, listening: Option<&mut Listening>, deadline: Instant) -> bool {
         let refresh = match listening {
             Some(_) => queue::REFRESH_INTERVAL,
             None => {
@@ -628,22 +649,15 @@ impl Inner {
         let wake = (Instant::now() + refresh).min(deadline);
         let Some(listening) = listening else {
             tokio::time::sleep_until(wake.into()).await;
-            return;
+            return false;
         };
-        let quorum = quorum::quorum(self.nodes.len());
-        let mut claim_at: Option<Instant> = None;
         loop {
-            let reserved = listening.reserved();
-            if reserved >= quorum {
-                return;
+            if listening.reserved() > 0 {
+                return true;
             }
-            if reserved > 0 && claim_at.is_none() {
-                claim_at = Some(Instant::now() + queue::CLAIM_GRACE);
-            }
-            let until = claim_at.map_or(wake, |claim_at| claim_at.min(wake));
             tokio::select! {
                 _ = listening.changed() => {}
-                _ = tokio::time::sleep_until(until.into()) => return,
+                _ = tokio::time::sleep_until(wake.into()) => return false,
             }
         }
     }
@@ -700,6 +714,39 @@ impl Inner {
             Ok(Some(fencing_token))
         } else {
             Err(FenceFailure { round, elapsed })
+        }
+    }
+}
+
+/// When each call of a claim round goes: once its node told the waiter that
+/// it reserved the lock for it, or at `until`, whichever comes first.
+struct Gates {
+    reserved: tokio::sync::watch::Receiver<u64>,
+    /// The nodes that told before the round (bit `i`: node `i`).
+    notified: u64,
+    until: Instant,
+}
+
+impl Gates {
+    fn new(listening: &Listening, notified: u64, until: Instant) -> Self {
+        Gates {
+            reserved: listening.watcher(),
+            notified,
+            until,
+        }
+    }
+
+    /// Waits until node `index` told, or until `until`.
+    fn node(&self, index: usize) -> impl Future<Output = ()> + Send + 'static {
+        let bit = 1u64 << index.min(63);
+        let told = self.notified & bit != 0;
+        let (mut reserved, until) = (self.reserved.clone(), self.until);
+        async move {
+            if told {
+                return;
+            }
+            let told = reserved.wait_for(|nodes| nodes & bit != 0);
+            let _ = tokio::time::timeout_at(until.into(), told).await;
         }
     }
 }
