@@ -168,7 +168,14 @@ async fn a_handoff_reaches_only_the_waiters_client() {
             }
         }
     });
-    tokio::time::sleep(Duration::from_millis(200)).await; // the pattern is in place
+    let subscribed = support::eventually(Duration::from_secs(10), || {
+        redis::cmd("PUBSUB")
+            .arg("NUMPAT")
+            .query::<i64>(&mut nodes[0].connection())
+            .is_ok_and(|patterns| patterns == 1)
+    })
+    .await;
+    assert!(subscribed, "the pattern subscriber is not in place");
 
     let held = holder.lock(resource, TTL).await.unwrap();
     let spawn_waiter = |client: &Redlock| {
@@ -180,20 +187,9 @@ async fn a_handoff_reaches_only_the_waiters_client() {
     let second_waiting = spawn_waiter(&second);
     assert!(queued(2).await, "the second waiter did not queue");
     held.unlock().await.unwrap();
-    first_waiting
-        .await
-        .unwrap()
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
-    second_waiting
-        .await
-        .unwrap()
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    for waiting in [first_waiting, second_waiting] {
+        waiting.await.unwrap().unwrap().unlock().await.unwrap();
+    }
 
     let messages: Vec<_> = std::iter::from_fn(|| heard.recv_timeout(Duration::from_secs(2)).ok())
         .take(2)
