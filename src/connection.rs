@@ -108,7 +108,7 @@ impl Link {
     /// under way). Not bounded here: the caller bounds its own wait, and the
     /// attempt is bounded by the connect timeout.
     pub(crate) async fn connection(&self) -> Result<Handle, Failure> {
-        let (id, attempt) = {
+        let (id, attempt, launch) = {
             let mut state = self.state();
             match &state.1 {
                 State::Ready { id, connection, .. } => {
@@ -117,13 +117,19 @@ impl Link {
                         id: *id,
                     });
                 }
-                State::Connecting { id, attempt } => (*id, attempt.clone()),
+                State::Connecting { id, attempt } => (*id, attempt.clone(), None),
                 State::Failed { at, failure } if at.elapsed() < RETRY_PAUSE => {
                     return Err(failure.clone());
                 }
-                State::Idle | State::Failed { .. } => self.start_attempt(&mut state)?,
+                State::Idle | State::Failed { .. } => {
+                    let (id, attempt, launch) = self.start_attempt(&mut state)?;
+                    (id, attempt, Some(launch))
+                }
             }
         };
+        if let Some(launch) = launch {
+            launch.run();
+        }
         let connection = attempt.await?;
         Ok(Handle { connection, id })
     }
@@ -131,17 +137,25 @@ impl Link {
     /// Drops the connection of `handle` after a call found it broken, and
     /// starts a new attempt at once.
     pub(crate) fn broken(&self, handle: &Handle) {
-        let mut state = self.state();
-        if matches!(state.1, State::Ready { id, .. } if id == handle.id) {
-            state.1 = State::Idle;
+        let (launch, _old) = {
+            let mut state = self.state();
+            if !matches!(state.1, State::Ready { id, .. } if id == handle.id) {
+                return;
+            }
+            let old = std::mem::replace(&mut state.1, State::Idle);
             // Without a runtime the next call connects instead.
-            let _ = self.start_attempt(&mut state);
+            (self.start_attempt(&mut state).ok(), old)
+        };
+        if let Some((_, _, launch)) = launch {
+            launch.run();
         }
     }
 
-    /// Starts a connection attempt as a task of the current runtime and
-    /// records it as under way.
-    fn start_attempt(&self, state: &mut (u64, State)) -> Result<(u64, Attempt), Failure> {
+    /// Records a connection attempt as under way and returns it, with its
+    /// task to start on the current runtime once the state is unlocked
+    /// ([`Launch::run`]): a runtime that is shutting down drops a new task
+    /// at once, in `spawn`, and the task's drop locks the state.
+    fn start_attempt(&self, state: &mut (u64, State)) -> Result<(u64, Attempt, Launch), Failure> {
         let runtime =
             tokio::runtime::Handle::try_current().map_err(|_| NodeErrorKind::NoRuntime)?;
         state.0 += 1;
@@ -178,7 +192,7 @@ impl Link {
         // crate spawns it where the attempt is polled): this task stays
         // while the connection is in use, so that its end, with the runtime,
         // is noticed and the dead connection dropped.
-        runtime.spawn(async move {
+        let task = async move {
             let mut settle = settle;
             let outcome = driven.await;
             let (alive, replaced) = oneshot::channel();
@@ -187,8 +201,9 @@ impl Link {
             if connected {
                 let _ = replaced.await;
             }
-        });
-        Ok((id, attempt))
+        }
+        .boxed();
+        Ok((id, attempt, Launch { runtime, task }))
     }
 
     /// Records how attempt `id` ended, unless a newer one replaced it.
@@ -225,8 +240,25 @@ impl Link {
             State::Idle | State::Failed { .. } => None,
         };
         if current == Some(id) {
-            state.1 = State::Idle;
+            let old = std::mem::replace(&mut state.1, State::Idle);
+            // What the old state owned goes once the state is unlocked.
+            drop(state);
+            drop(old);
         }
+    }
+}
+
+/// A connection attempt's task, to start once the link's state is unlocked.
+struct Launch {
+    runtime: tokio::runtime::Handle,
+    task: futures::future::BoxFuture<'static, ()>,
+}
+
+impl Launch {
+    /// Starts the task (on a runtime that is shutting down, it is dropped
+    /// at once and the attempt is abandoned).
+    fn run(self) {
+        self.runtime.spawn(self.task);
     }
 }
 

@@ -353,3 +353,36 @@ async fn lock_dropped_mid_round_releases_what_its_round_set() {
         nodes.iter().map(|node| node.pttl(&key)).collect::<Vec<_>>()
     );
 }
+
+/// A runtime that shuts down while a dropped guard's release is in flight
+/// (the end of `main`) returns: the release may find its connection gone
+/// and start a new one on a runtime that is shutting down, which cancels the
+/// new task at once. Each runtime gets 20 s; one that hangs fails the test.
+#[test]
+fn a_runtime_shutting_down_during_a_release_returns() {
+    let nodes = servers(3);
+    let urls = support::urls(&nodes);
+    for round in 0..30 {
+        let (done, finished) = std::sync::mpsc::channel();
+        let urls = urls.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let redlock = quorlock::Redlock::new(&urls).unwrap();
+                let resource = format!("basics:shutdown:{round}");
+                let guard = redlock.lock(resource, TTL).await.unwrap();
+                drop(guard); // released in the background, cut short below
+            });
+            drop(runtime);
+            let _ = done.send(());
+        });
+        assert!(
+            finished.recv_timeout(Duration::from_secs(20)).is_ok(),
+            "runtime {round} did not shut down"
+        );
+    }
+}
