@@ -350,3 +350,78 @@ async fn a_key_found_taken_is_joined_at_once_next_time() {
     assert_eq!(calls.get("evalsha"), None, "{calls:?}");
     guard.unlock().await.unwrap();
 }
+
+/// A client that knows nothing of the queue (rslock, on the same key with
+/// `key_prefix("")`) still excludes and is excluded: its lock keeps quorlock
+/// waiters out, its release (a plain delete, no handoff) lets the queued
+/// waiter in at its refresh round, and neither a quorlock holder nor a
+/// reservation for a quorlock waiter lets it in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_without_the_queue_still_excludes_and_is_excluded() {
+    let nodes = servers(3);
+    let urls = support::urls(&nodes);
+    let quorlock = builder(&nodes)
+        .key_prefix("")
+        .acquire_timeout(PATIENT)
+        .build()
+        .unwrap();
+    let mut foreign = rslock::LockManager::new(urls.clone());
+    foreign.set_retry(1, Duration::from_millis(1));
+    let resource = "interop:stock";
+
+    // Foreign holder: the quorlock caller queues, and gets the lock once
+    // the foreign release deleted the key.
+    let held = foreign
+        .lock(resource, TTL)
+        .await
+        .expect("rslock takes a free key");
+    let waiting = tokio::spawn({
+        let quorlock = quorlock.clone();
+        async move { quorlock.lock(resource, TTL).await }
+    });
+    wait_queued(&nodes, &[0, 1, 2], &quorlock, resource, 1).await;
+    assert!(!waiting.is_finished(), "quorlock got a key rslock holds");
+    foreign.unlock(&held).await;
+    let guard = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the queued waiter took the freed key")
+        .unwrap()
+        .unwrap();
+
+    // Quorlock holder, with a waiter of another client that polls
+    // (notifications off): rslock is refused while quorlock holds, and
+    // while the key is handed on to the waiter.
+    assert!(
+        foreign.lock(resource, TTL).await.is_err(),
+        "rslock got a held key"
+    );
+    let polling = builder(&nodes)
+        .key_prefix("")
+        .release_notifications(false)
+        .retry_delay(Duration::from_secs(1))
+        .acquire_timeout(PATIENT)
+        .build()
+        .unwrap();
+    let next = tokio::spawn({
+        let polling = polling.clone();
+        async move { polling.lock(resource, TTL).await }
+    });
+    wait_queued(&nodes, &[0, 1, 2], &quorlock, resource, 1).await;
+    guard.unlock().await.unwrap();
+    assert!(
+        foreign.lock(resource, TTL).await.is_err(),
+        "rslock got a reserved key"
+    );
+    let next = next.await.unwrap().unwrap();
+    assert!(
+        foreign.lock(resource, TTL).await.is_err(),
+        "rslock got a held key"
+    );
+    next.unlock().await.unwrap();
+    // Free and nobody waits: rslock takes it again.
+    let again = foreign
+        .lock(resource, TTL)
+        .await
+        .expect("rslock takes the free key");
+    foreign.unlock(&again).await;
+}
