@@ -87,7 +87,8 @@
 //! The acquire script sets the key only when it is free *for this waiter*
 //! (absent and the waiter first in the node's queue, or holding a
 //! reservation for it); a release hands the key on to the first waiter as a
-//! reservation and publishes its id. The queue only ever withholds a grant:
+//! reservation and publishes its id on that waiter's client's own channel
+//! (only its process hears it). The queue only ever withholds a grant:
 //! no node ever sets the key over another token, so mutual exclusion rests
 //! on the quorum as before. A waiter that dies stops blocking the others
 //! within [`WAITER_LIFETIME`]; one whose `lock` future is dropped leaves at
