@@ -128,21 +128,9 @@ async fn run_client(
                 match client.lock(RESOURCE).await {
                     Some(held) => {
                         waits.push(u64::try_from(asked.elapsed().as_micros()).unwrap_or(u64::MAX));
-                        let inside: i64 = redis::cmd("INCR")
-                            .arg("holders")
-                            .query_async(&mut checker)
-                            .await
-                            .unwrap_or(-1);
-                        if inside != 1 {
+                        if !support::checked_hold(&mut checker, HOLD).await {
                             overlaps.fetch_add(1, Ordering::Relaxed);
                         }
-                        // A blocking sleep: tokio's timer would round 1 ms
-                        // up to about 2 (its resolution is 1 ms).
-                        tokio::task::block_in_place(|| std::thread::sleep(HOLD));
-                        let _: redis::RedisResult<i64> = redis::cmd("DECR")
-                            .arg("holders")
-                            .query_async(&mut checker)
-                            .await;
                         client.unlock(held).await;
                         acquisitions.fetch_add(1, Ordering::Relaxed);
                     }

@@ -109,26 +109,19 @@ impl LockGuard {
         start: Instant,
         fencing_token: Option<u64>,
     ) -> Self {
-        let mut guard = LockGuard {
+        LockGuard {
             inner,
             key,
             resource_len,
             token,
             ttl,
             acquired_at: start,
-            valid_until: start,
+            valid_until: start + (ttl.ttl - ttl.drift),
             extensions: 0,
             lost: false,
             armed: true,
             fencing_token,
-        };
-        guard.set_valid_until(start + (ttl.ttl - ttl.drift));
-        guard
-    }
-
-    /// Moves the validity.
-    fn set_valid_until(&mut self, valid_until: Instant) {
-        self.valid_until = valid_until;
+        }
     }
 
     pub(crate) fn shown_resource(&self) -> String {
@@ -245,7 +238,7 @@ impl LockGuard {
     /// [`apply_extension`]: Self::apply_extension
     fn begin_extension(&mut self, ttl: Ttl) -> Instant {
         let start = Instant::now();
-        self.set_valid_until(self.valid_until.min(start + (ttl.ttl - ttl.drift)));
+        self.valid_until = self.valid_until.min(start + (ttl.ttl - ttl.drift));
         start
     }
 
@@ -272,7 +265,7 @@ impl LockGuard {
         if votes.has_quorum() {
             let new_valid_until = start + (ttl.ttl - ttl.drift);
             if finished < self.valid_until && finished < new_valid_until {
-                self.set_valid_until(new_valid_until);
+                self.valid_until = new_valid_until;
                 self.ttl = ttl;
                 self.extensions = self.extensions.saturating_add(1);
                 return Ok(());
@@ -282,7 +275,7 @@ impl LockGuard {
         if votes.refusals_rule_out_quorum() {
             self.lost = true;
             // Another client may hold the lock now: this one's validity ends.
-            self.set_valid_until(self.valid_until.min(finished));
+            self.valid_until = self.valid_until.min(finished);
             return Err((LostReason::ExtensionRefused { votes }, last_error));
         }
         Err((LostReason::Unreachable { votes }, last_error))

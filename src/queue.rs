@@ -185,8 +185,9 @@ impl Busy {
         let (slot, mark) = self.slot(key);
         if taken {
             slot.store(mark, Ordering::Relaxed);
-        } else {
-            // Only our own mark goes: another key's stays.
+        } else if slot.load(Ordering::Relaxed) == mark {
+            // Only our own mark goes: another key's stays. (A plain load
+            // first: the common case, nothing to clear, writes nothing.)
             let _ = slot.compare_exchange(mark, 0, Ordering::Relaxed, Ordering::Relaxed);
         }
     }

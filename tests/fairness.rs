@@ -46,19 +46,9 @@ async fn fair_worker(
             while Instant::now() < end {
                 match redlock.lock("fair:one", TTL).await {
                     Ok(guard) => {
-                        let inside: i64 = redis::cmd("INCR")
-                            .arg("holders")
-                            .query_async(&mut checker)
-                            .await
-                            .unwrap_or(-1);
-                        if inside != 1 {
+                        if !support::checked_hold(&mut checker, Duration::from_millis(1)).await {
                             counts[2].fetch_add(1, Ordering::Relaxed);
                         }
-                        tokio::time::sleep(Duration::from_millis(1)).await;
-                        let _: redis::RedisResult<i64> = redis::cmd("DECR")
-                            .arg("holders")
-                            .query_async(&mut checker)
-                            .await;
                         let _ = guard.unlock().await;
                         counts[0].fetch_add(1, Ordering::Relaxed);
                     }

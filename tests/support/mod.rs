@@ -310,6 +310,25 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
+/// The critical section of the contention runs: `INCR holders` on the
+/// checker Redis (it must read 1, or another holder is inside), work for
+/// `hold` (a blocking sleep, as exact as the OS makes it: tokio's timer
+/// would round 1 ms up to about 2; it needs a multi-thread runtime), then
+/// `DECR`. Returns whether this holder was alone.
+pub async fn checked_hold(
+    checker: &mut redis::aio::MultiplexedConnection,
+    hold: std::time::Duration,
+) -> bool {
+    let inside: i64 = redis::cmd("INCR")
+        .arg("holders")
+        .query_async(checker)
+        .await
+        .unwrap_or(-1);
+    tokio::task::block_in_place(|| std::thread::sleep(hold));
+    let _: redis::RedisResult<i64> = redis::cmd("DECR").arg("holders").query_async(checker).await;
+    inside == 1
+}
+
 /// A free loopback port, as the kernel hands it out.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
