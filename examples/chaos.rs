@@ -7,9 +7,18 @@
 //! is larger than the previous holder's. Prints the figures; exits non-zero if
 //! any property fails.
 //!
+//! With `--immediate`, the minority faults are the Redlock restart hazard:
+//! two nodes frozen, a third killed and restarted empty at once (no
+//! persistence), the two thawed; critical sections last 20 ms. Add
+//! `--unprotected` to switch the restart protection off
+//! (`restart_grace(0)`, as other Redlock clients behave): the run then
+//! counts the overlaps the protection prevents.
+//!
 //! ```text
-//! cargo run --release --example chaos [--fencing] [ACQUISITIONS]     # default 20000
+//! cargo run --release --example chaos [--fencing | --immediate [--unprotected]] [ACQUISITIONS]
 //! ```
+//!
+//! The default is 20,000 acquisitions (5,000 with `--immediate`).
 //!
 //! It needs `redis-server` on PATH (scripts/test.sh installs it).
 
@@ -40,23 +49,35 @@ fn main() -> ExitCode {
         };
     }
     let mut args = args;
-    let fencing = args.first().map(String::as_str) == Some("--fencing");
-    if fencing {
-        args.remove(0);
+    let mut flag = |name: &str| match args.iter().position(|arg| arg == name) {
+        Some(at) => {
+            args.remove(at);
+            true
+        }
+        None => false,
+    };
+    let fencing = flag("--fencing");
+    let immediate = flag("--immediate");
+    let unprotected = flag("--unprotected");
+    let usage = "usage: chaos [--fencing | --immediate [--unprotected]] [ACQUISITIONS]";
+    if (fencing && immediate) || (unprotected && !immediate) || args.len() > 1 {
+        eprintln!("{usage}");
+        return ExitCode::from(2);
     }
     let acquisitions = match args.first().map(|n| n.parse::<u64>()) {
+        None if immediate => 5_000,
         None => 20_000,
         Some(Ok(n)) if n > 0 => n,
         Some(_) => {
-            eprintln!("usage: chaos [--fencing] [ACQUISITIONS]");
+            eprintln!("{usage}");
             return ExitCode::from(2);
         }
     };
-    let plan = chaos_harness::Plan {
-        workers: 4,
-        fencing,
-        acquisitions,
-        limit: Duration::from_secs(600),
+    let limit = Duration::from_secs(600);
+    let plan = if immediate {
+        chaos_harness::Plan::immediate(4, acquisitions, limit, !unprotected)
+    } else {
+        chaos_harness::Plan::delayed(4, fencing, acquisitions, limit)
     };
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::node::Node;
 use crate::quorum;
 use crate::redlock::Redlock;
+use crate::standing::{RestartPolicy, Standings};
 
 /// Default retries after the first round when no acquire timeout is set.
 pub const DEFAULT_RETRY_COUNT: u32 = 10;
@@ -28,6 +29,11 @@ pub const DEFAULT_KEY_PREFIX: &str = "quorlock:";
 /// Default longest time [`LockGuard::run`](crate::LockGuard::run) keeps a lock
 /// by extending it, counted from acquisition.
 pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(60);
+
+/// Default [restart grace](RedlockBuilder::restart_grace): how long a node
+/// that restarted without durable data does not count, at least. Each client
+/// also covers the longest TTL it has used itself.
+pub const DEFAULT_RESTART_GRACE: Duration = Duration::from_secs(60);
 
 /// Default key of each node's fencing counter (one per node, shared by all
 /// resources), used with [`RedlockBuilder::fencing`].
@@ -53,6 +59,9 @@ pub(crate) struct Config {
     /// The per-node fencing counter key; `None`: fencing off.
     pub(crate) fencing_counter_key: Option<Arc<[u8]>>,
     pub(crate) release_notifications: bool,
+    pub(crate) restart_grace: Duration,
+    pub(crate) trust_durable_nodes: bool,
+    pub(crate) strict_restarts: bool,
 }
 
 impl Config {
@@ -102,6 +111,9 @@ impl Default for Config {
             max_extensions: None,
             fencing_counter_key: None,
             release_notifications: true,
+            restart_grace: DEFAULT_RESTART_GRACE,
+            trust_durable_nodes: true,
+            strict_restarts: false,
         }
     }
 }
@@ -305,6 +317,57 @@ impl RedlockBuilder {
         self
     }
 
+    /// How long a node that restarted and may have lost its keys does not
+    /// count toward a quorum, from when it came back: the "delayed restart"
+    /// that Redlock's safety needs, enforced by the client (see the crate
+    /// docs, "Restarts"). Such a node is *recovering*: it is asked, so it
+    /// learns the locks taken meanwhile, but its grants do not count until
+    /// the grace has passed; then it counts again by itself.
+    ///
+    /// The grace must be at least the longest TTL that **any** client of
+    /// these nodes uses (with auto-extension, the TTL of each extension, not
+    /// the whole hold). Each client covers its own longest TTL by itself (the
+    /// grace is `max(restart_grace, longest TTL used)` plus the drift
+    /// allowance), so the option matters where other clients use longer TTLs
+    /// than this one. Longer costs nothing while nodes run, and, with three
+    /// or more nodes, one restarted node costs no availability either: the
+    /// others still make a quorum. Shorter than another client's TTL is
+    /// unsafe. Zero switches the protection off (the behaviour of other
+    /// Redlock clients: an immediate restart without persistence can grant a
+    /// second holder). Default: [`DEFAULT_RESTART_GRACE`], 60 s, which covers
+    /// the TTLs of the CLI (10 s by default), of the Redis docs' examples and
+    /// of most uses; at most [`MAX_TTL`](crate::MAX_TTL).
+    pub fn restart_grace(mut self, grace: Duration) -> Self {
+        self.config.restart_grace = grace;
+        self
+    }
+
+    /// Whether a node that runs `appendonly yes` with `appendfsync always`
+    /// counts at once after a restart: every acknowledged write is on disk
+    /// before the reply, so the keys survive with their expiry. Off, such a
+    /// node waits the grace too (for operators who do not trust the disk, or
+    /// who change the settings at restart). A node whose settings cannot be
+    /// read (`CONFIG` refused) is never taken as durable. Default: on.
+    pub fn trust_durable_nodes(mut self, on: bool) -> Self {
+        self.config.trust_durable_nodes = on;
+        self
+    }
+
+    /// Strict mode: a node that is already younger than the grace when this
+    /// client first meets it, and not durable, is held back too, whatever
+    /// the other nodes remember. Off (the default), such a node counts when
+    /// it carries its own marker or when no node carries one (a brand-new
+    /// set of nodes, so the quick start does not wait), and is held back
+    /// when other nodes carry a marker (it restarted, or joined late). On,
+    /// it closes the two gaps the default leaves: a client that first meets
+    /// the nodes while every node that remembers them is down, and a single
+    /// node, which has no other node to remember it. The cost: a fresh set of
+    /// nodes makes the first locks wait the grace. Default: off.
+    pub fn strict_restarts(mut self, on: bool) -> Self {
+        self.config.strict_restarts = on;
+        self
+    }
+
     /// Turns fencing on with this counter key on each node instead of the
     /// default. No resource may map to this key.
     pub fn fencing_counter_key(mut self, key: impl AsRef<[u8]>) -> Self {
@@ -341,6 +404,9 @@ impl RedlockBuilder {
         if config.connect_timeout.is_zero() {
             return Err(invalid_option("connect_timeout", "must be above zero"));
         }
+        if config.restart_grace > crate::quorum::MAX_TTL {
+            return Err(invalid_option("restart_grace", "must be at most 365 days"));
+        }
         for (option, value) in [
             ("node_timeout", config.node_timeout),
             ("connect_timeout", config.connect_timeout),
@@ -372,14 +438,30 @@ impl RedlockBuilder {
             }
         }
         let background = Background::default();
+        let standings = Standings::new(
+            clients.iter().map(Node::name_of).collect(),
+            RestartPolicy {
+                grace: config.restart_grace,
+                trust_durable: config.trust_durable_nodes,
+                strict: config.strict_restarts,
+                drift_factor: config.drift_factor,
+            },
+            &config.key_prefix,
+            crate::scripts::for_client(config.fencing_counter_key.is_some()),
+            config.node_timeout,
+            config.connect_timeout,
+        );
         let nodes: Vec<Node> = clients
             .into_iter()
-            .map(|client| {
+            .enumerate()
+            .map(|(index, client)| {
                 Node::new(
                     client,
                     config.node_timeout,
                     config.connect_timeout,
                     background.clone(),
+                    standings.clone(),
+                    index,
                 )
             })
             .collect();
@@ -390,7 +472,7 @@ impl RedlockBuilder {
                 "an even number of lock nodes tolerates no more failures than one node fewer"
             );
         }
-        Ok(Redlock::from_parts(nodes, config, background))
+        Ok(Redlock::from_parts(nodes, config, background, standings))
     }
 }
 

@@ -1,8 +1,12 @@
 //! One node's connection: a multiplexed connection shared by every call,
 //! created on first use and replaced when it breaks.
 //!
+//! - **Checked before use.** Connecting ends with the node's check (see
+//!   `standing.rs`): a connection is handed to calls only after the check
+//!   judged the server behind it, so no reply of a restarted server is
+//!   counted before its restart was seen.
 //! - **Its own bound.** Connecting (TCP, TLS, `AUTH`, the client's setup
-//!   commands) is bounded by the connect timeout, not by the per-node call
+//!   commands, the check) is bounded by the connect timeout, not by the per-node call
 //!   timeout, so a node across a slow link can be reached at all. The attempt
 //!   runs as a task of its own: a call that gives up waiting for it (its own
 //!   timeout) does not cut it short.
@@ -43,6 +47,10 @@ type Failure = NodeErrorKind;
 
 type Attempt = Shared<BoxFuture<'static, Result<MultiplexedConnection, Failure>>>;
 
+/// The check a new connection passes before any call uses it.
+pub(crate) type Check =
+    Arc<dyn Fn(MultiplexedConnection) -> BoxFuture<'static, Result<(), Failure>> + Send + Sync>;
+
 /// Where a node's connection stands.
 enum State {
     /// None, and no attempt under way: the next call makes one.
@@ -65,6 +73,7 @@ enum State {
 pub(crate) struct Link {
     client: Client,
     connect_timeout: Duration,
+    check: Check,
     /// The last attempt's id, and the state.
     state: Mutex<(u64, State)>,
     /// Handed to attempt tasks, so that they can record their outcome.
@@ -87,10 +96,11 @@ pub(crate) struct Handle {
 }
 
 impl Link {
-    pub(crate) fn new(client: Client, connect_timeout: Duration) -> Arc<Self> {
+    pub(crate) fn new(client: Client, connect_timeout: Duration, check: Check) -> Arc<Self> {
         Arc::new_cyclic(|me| Link {
             client,
             connect_timeout,
+            check,
             state: Mutex::new((0, State::Idle)),
             me: me.clone(),
         })
@@ -162,18 +172,21 @@ impl Link {
         let id = state.0;
         let client = self.client.clone();
         let timeout = self.connect_timeout;
+        let check = self.check.clone();
         let attempt: Attempt = async move {
             let config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(timeout))
                 .set_response_timeout(None);
-            match tokio::time::timeout(
-                timeout,
-                client.get_multiplexed_async_connection_with_config(&config),
-            )
-            .await
-            {
-                Ok(Ok(connection)) => Ok(connection),
-                Ok(Err(err)) => Err(connect_failure(err, timeout)),
+            let connect = async {
+                let connection = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .map_err(|err| connect_failure(err, timeout))?;
+                check(connection.clone()).await?;
+                Ok(connection)
+            };
+            match tokio::time::timeout(timeout, connect).await {
+                Ok(outcome) => outcome,
                 Err(_) => Err(NodeErrorKind::ConnectTimeout(timeout)),
             }
         }

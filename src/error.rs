@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::quorum::Votes;
+use crate::standing::NotCounted;
 
 /// A `Result` whose error is [`enum@Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -68,7 +69,10 @@ pub enum Error {
     /// The lock is held by someone else (or handed on to an earlier waiter):
     /// enough nodes refused that no quorum was possible, on every attempt
     /// until the call's patience ran out.
-    #[error("could not lock {resource}: held elsewhere ({votes}; {attempts} attempt(s))")]
+    #[error(
+        "could not lock {resource}: held elsewhere ({votes}; {attempts} attempt(s)){}",
+        show_not_counted(.not_counted)
+    )]
     Contended {
         /// The resource, shortened for display.
         resource: String,
@@ -76,13 +80,20 @@ pub enum Error {
         votes: Votes,
         /// How many rounds were made.
         attempts: u32,
+        /// The grants of the last attempt that did not count, each with why
+        /// (a node recovering from a restart, say).
+        not_counted: Box<[NodeError]>,
         /// The last node error of the last attempt, if any node failed.
         #[source]
         source: Option<NodeError>,
     },
 
-    /// Too many nodes failed (errors or timeouts) for a quorum to be possible.
-    #[error("could not lock {resource}: too few nodes answered ({votes}; {attempts} attempt(s))")]
+    /// Too many nodes failed (errors or timeouts) or gave grants that do not
+    /// count (a node recovering from a restart) for a quorum to be possible.
+    #[error(
+        "could not lock {resource}: too few nodes answered ({votes}; {attempts} attempt(s)){}",
+        show_not_counted(.not_counted)
+    )]
     Unavailable {
         /// The resource, shortened for display.
         resource: String,
@@ -90,6 +101,9 @@ pub enum Error {
         votes: Votes,
         /// How many rounds were made.
         attempts: u32,
+        /// The grants (or, before any round, the nodes) of the last attempt
+        /// that did not count, each with why.
+        not_counted: Box<[NodeError]>,
         /// The last node error of the last attempt.
         #[source]
         source: Option<NodeError>,
@@ -192,6 +206,18 @@ impl Error {
         )
     }
 
+    /// The votes of the last round that did not count toward the quorum,
+    /// each with why (see [`NotCounted`]): grants of nodes recovering from a
+    /// restart, or not checked yet. Empty when every vote counted.
+    pub fn not_counted(&self) -> &[NodeError] {
+        match self {
+            Error::Contended { not_counted, .. } | Error::Unavailable { not_counted, .. } => {
+                not_counted
+            }
+            _ => &[],
+        }
+    }
+
     /// The votes of the round behind this error, where there was one.
     pub fn votes(&self) -> Option<&Votes> {
         match self {
@@ -292,10 +318,23 @@ impl NodeError {
     pub fn is_timeout(&self) -> bool {
         matches!(
             self.kind,
-            NodeErrorKind::Timeout(_)
-                | NodeErrorKind::Unresponsive(_)
-                | NodeErrorKind::ConnectTimeout(_)
-        )
+            NodeErrorKind::Timeout(_) | NodeErrorKind::ConnectTimeout(_)
+        ) || matches!(self.not_counted(), Some(NotCounted::Unresponsive { .. }))
+    }
+
+    /// Why the node's vote did not count, where that is the error (see
+    /// [`NotCounted`]).
+    pub fn not_counted(&self) -> Option<&NotCounted> {
+        match &self.kind {
+            NodeErrorKind::NotCounted(reason) => Some(&**reason),
+            _ => None,
+        }
+    }
+
+    /// Whether the node's grant did not count because it is recovering from a
+    /// restart.
+    pub fn is_recovering(&self) -> bool {
+        self.not_counted().is_some_and(NotCounted::is_recovering)
     }
 }
 
@@ -306,10 +345,6 @@ pub enum NodeErrorKind {
     /// No answer within the per-node timeout.
     #[error("no answer within {0:?}")]
     Timeout(Duration),
-    /// Not asked: the node's last call timed out and it has not answered a
-    /// probe since (it is probed in the background and used again once it does).
-    #[error("skipped: no answer within {0:?} last time, not answered a probe since")]
-    Unresponsive(Duration),
     /// The connection failed or the node answered with an error. Shown as the
     /// node's own reply (`READONLY You can't write…`) where there is one.
     #[error("{}", show_redis_error(.0))]
@@ -320,14 +355,29 @@ pub enum NodeErrorKind {
     /// No connection could be made within the connect timeout.
     #[error("could not connect within {0:?}")]
     ConnectTimeout(Duration),
-    /// The node has not passed its first-contact check yet (it did not
-    /// answer it in time, or the check is under way), so its grants do not
-    /// count toward a quorum. Says why, where known.
-    #[error("not checked at first contact yet ({0}): its grants do not count")]
-    Unchecked(String),
+    /// The node's vote does not count toward a quorum now: not checked yet,
+    /// unresponsive (then it was not even asked), or recovering from a
+    /// restart (asked, its grant not counted). Says why.
+    #[error("its vote does not count: {0}")]
+    NotCounted(Arc<NotCounted>),
     /// The call was made outside a tokio runtime.
     #[error("no tokio runtime: quorlock must be used within a tokio runtime")]
     NoRuntime,
+}
+
+/// The grants that did not count, for an error message: empty, or `; not
+/// counted: node a: why; node b: why`.
+fn show_not_counted(not_counted: &[NodeError]) -> String {
+    let mut shown = String::new();
+    for (position, err) in not_counted.iter().enumerate() {
+        shown.push_str(if position == 0 {
+            "; not counted: "
+        } else {
+            "; "
+        });
+        shown.push_str(&err.to_string());
+    }
+    shown
 }
 
 /// A Redis error as the node said it (`CODE detail`), or as the `redis` crate

@@ -193,7 +193,6 @@
 mod background;
 mod builder;
 mod connection;
-mod contact;
 mod error;
 mod guard;
 mod node;
@@ -203,18 +202,20 @@ mod quorum;
 mod redlock;
 mod round;
 mod scripts;
+mod standing;
 mod status;
 
 pub use builder::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_FENCING_COUNTER_KEY, DEFAULT_KEY_PREFIX,
-    DEFAULT_MAX_HOLD, DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_COUNT, DEFAULT_RETRY_DELAY,
-    DEFAULT_RETRY_JITTER, RedlockBuilder,
+    DEFAULT_MAX_HOLD, DEFAULT_NODE_TIMEOUT, DEFAULT_RESTART_GRACE, DEFAULT_RETRY_COUNT,
+    DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER, RedlockBuilder,
 };
 pub use error::{Error, LostReason, NodeError, NodeErrorKind, Result};
 pub use guard::{LockGuard, Unlocked};
 pub use queue::{REFRESH_INTERVAL, WAITER_LIFETIME};
 pub use quorum::{MAX_TTL, Votes};
 pub use redlock::{MAX_RESOURCE_LEN, Redlock};
+pub use standing::{MARKER_SUFFIX, NotCounted};
 pub use status::{LockStatus, NodeState, NodeStatus, TOKEN_PREFIX_LEN};
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! One Redis node: its connection (`connection.rs`) and the lock operations,
 //! each bounded: votes and releases by the per-node timeout, the
-//! first-contact check and status reads by the connect timeout.
+//! status reads by the connect timeout (as is connecting, with the node's
+//! check: see `connection.rs` and `standing.rs`).
 //!
 //! A node whose call timed out is *skipped* by votes (an immediate vote
 //! against, instead of one more request piling up behind a frozen server)
@@ -17,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{Client, RedisError, RedisResult, Value};
+use redis::{Client, RedisError, Value};
 
 use crate::background::Background;
 use crate::connection::{self, Link};
@@ -25,6 +26,7 @@ use crate::error::{NodeError, NodeErrorKind};
 use crate::queue::{self, Place};
 use crate::round::Reply;
 use crate::scripts;
+use crate::standing::{NotCounted, Standings};
 
 /// How long a cleanup call that timed out keeps going in the background.
 const CLEANUP_LINGER: Duration = Duration::from_secs(10);
@@ -38,82 +40,64 @@ enum Call {
     /// Removes our key (release): always sent, finished in the background
     /// after a timeout.
     Cleanup,
-    /// Only reads (the first-contact check, status): bounded by the connect
+    /// Only reads (status): bounded by the connect
     /// timeout, since a fresh client may have to connect first; a timeout
     /// does not mark the node unresponsive.
     Read,
 }
 
-/// What a node said it is at first contact.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Identity {
-    /// The server's `run_id`: two nodes with one run_id are one server.
-    pub(crate) run_id: Option<String>,
-    /// The first element of `ROLE`: `master`, `slave` or `sentinel`.
-    pub(crate) role: Option<String>,
-    /// The check commands the node refused, each with its reply (`ROLE: ERR
-    /// unknown command…`, a renamed command; `NOPERM …`, an ACL user).
-    pub(crate) refused: Vec<String>,
-}
-
-/// Whether a node answers in time, shared with its probe.
-#[derive(Debug, Default)]
-struct Health {
-    /// A call timed out and the probe started then has not had an answer.
-    skipped: AtomicBool,
-}
-
-impl Health {
-    fn is_skipped(&self) -> bool {
-        self.skipped.load(Ordering::Acquire)
+/// A call timed out: skip node `index` and probe it with `PING` (each
+/// bounded by `timeout`) until it answers. Without a runtime to probe on, the
+/// node is not skipped.
+fn timed_out(standings: &Arc<Standings>, index: usize, link: Arc<Link>, timeout: Duration) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    if !standings.skip(index) {
+        return; // a probe is on its way
     }
-
-    /// A call timed out: skip the node and probe it with `PING` (each bounded
-    /// by `timeout`) until it answers. Without a runtime to probe on, the
-    /// node is not skipped.
-    fn timed_out(self: &Arc<Self>, link: Arc<Link>, timeout: Duration, name: &Arc<str>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        if self.skipped.swap(true, Ordering::AcqRel) {
-            return; // a probe is on its way
-        }
-        tracing::debug!(node = %name, "node timed out: skipped until it answers a PING");
-        let probe = Probe {
-            health: self.clone(),
-        };
-        let name = name.clone();
-        runtime.spawn(async move {
-            let _probe = probe;
-            loop {
-                let ping = async {
-                    let handle = link.connection().await?;
-                    let mut connection = handle.connection;
-                    redis::cmd("PING")
-                        .query_async::<Value>(&mut connection)
-                        .await
-                        .map_err(|err| NodeErrorKind::Redis(Arc::new(err)))
-                };
-                // Any answer, even an error, shows the node is not frozen.
-                if tokio::time::timeout(timeout, ping).await.is_ok() {
-                    break;
-                }
-                tokio::time::sleep(timeout).await;
+    let probe = Probe {
+        standings: standings.clone(),
+        index,
+    };
+    tracing::debug!(node = %probe.name(), "node timed out: skipped until it answers a PING");
+    runtime.spawn(async move {
+        let probe = probe;
+        loop {
+            let ping = async {
+                let handle = link.connection().await?;
+                let mut connection = handle.connection;
+                redis::cmd("PING")
+                    .query_async::<Value>(&mut connection)
+                    .await
+                    .map_err(|err| NodeErrorKind::Redis(Arc::new(err)))
+            };
+            // Any answer, even an error, shows the node is not frozen.
+            if tokio::time::timeout(timeout, ping).await.is_ok() {
+                break;
             }
-            tracing::debug!(node = %name, "node answers again");
-        });
-    }
+            tokio::time::sleep(timeout).await;
+        }
+        tracing::debug!(node = %probe.name(), "node answers again");
+    });
 }
 
 /// The running probe of a skipped node: its end, however it comes, ends the
 /// skipping.
 struct Probe {
-    health: Arc<Health>,
+    standings: Arc<Standings>,
+    index: usize,
+}
+
+impl Probe {
+    fn name(&self) -> String {
+        self.standings.name(self.index).to_owned()
+    }
 }
 
 impl Drop for Probe {
     fn drop(&mut self) {
-        self.health.skipped.store(false, Ordering::Release);
+        self.standings.unskip(self.index);
     }
 }
 
@@ -128,29 +112,57 @@ pub(crate) struct Node {
     connect_timeout: Duration,
     /// Set once the server refused `SET NX GET` (Redis < 7.0).
     legacy_set: Arc<AtomicBool>,
-    health: Arc<Health>,
+    /// Whether its votes count (shared with the other nodes of the client).
+    standings: Arc<Standings>,
+    index: usize,
     /// Where releases that timed out finish.
     background: Background,
 }
 
 impl Node {
+    /// Node `index` of a client whose standings are `standings`: every new
+    /// connection to it passes the standings' check first.
     pub(crate) fn new(
         client: Client,
         timeout: Duration,
         connect_timeout: Duration,
         background: Background,
+        standings: Arc<Standings>,
+        index: usize,
     ) -> Self {
-        let name: Arc<str> = client.get_connection_info().addr().to_string().into();
+        let check: connection::Check = {
+            let standings = standings.clone();
+            Arc::new(move |connection| {
+                let standings = standings.clone();
+                async move { standings.check(index, connection).await }.boxed()
+            })
+        };
         Node {
-            name,
-            link: Link::new(client.clone(), connect_timeout),
+            name: standings.name(index).into(),
+            link: Link::new(client.clone(), connect_timeout, check),
             client,
             timeout,
             connect_timeout,
             legacy_set: Arc::default(),
-            health: Arc::default(),
+            standings,
+            index,
             background,
         }
+    }
+
+    /// The name a node of `client` goes by: `host:port` (or the socket
+    /// path), never credentials.
+    pub(crate) fn name_of(client: &Client) -> Arc<str> {
+        client.get_connection_info().addr().to_string().into()
+    }
+
+    /// Connects (which checks the node) unless connected; for the first
+    /// checks of a client.
+    pub(crate) fn connect(
+        &self,
+    ) -> impl Future<Output = Result<(), NodeErrorKind>> + Send + 'static {
+        let link = self.link.clone();
+        async move { link.connection().await.map(drop) }
     }
 
     /// Runs `call` on this node's connection (connecting first if needed),
@@ -171,18 +183,22 @@ impl Node {
         Fut: Future<Output = Result<T, RedisError>> + Send + 'static,
         T: Send + 'static,
     {
-        let skipped = kind == Call::Vote && self.health.is_skipped();
+        let skipped = kind == Call::Vote && self.standings.is_skipped(self.index);
         let name = self.name.clone();
         let timeout = if kind == Call::Read {
             self.connect_timeout
         } else {
             self.timeout
         };
-        let (link, health) = (self.link.clone(), self.health.clone());
+        let (link, standings, index) = (self.link.clone(), self.standings.clone(), self.index);
         let background = self.background.clone();
         async move {
             if skipped {
-                return Err(NodeError::new(name, NodeErrorKind::Unresponsive(timeout)));
+                let reason = NotCounted::Unresponsive { timeout };
+                return Err(NodeError::new(
+                    name,
+                    NodeErrorKind::NotCounted(Arc::new(reason)),
+                ));
             }
             let work = {
                 let link = link.clone();
@@ -212,7 +228,7 @@ impl Node {
                 Ok(Err(kind)) => Err(NodeError::new(name, kind)),
                 Err(_) => {
                     if kind != Call::Read {
-                        health.timed_out(link, timeout, &name);
+                        timed_out(&standings, index, link, timeout);
                     }
                     Err(NodeError::new(name, NodeErrorKind::Timeout(timeout)))
                 }
@@ -423,64 +439,6 @@ impl Node {
         })
     }
 
-    /// What the node says it is: its `run_id` (`INFO server`) and its
-    /// `ROLE`, in one round trip with the `SCRIPT LOAD` of `scripts`, bounded
-    /// by the connect timeout. A command the node refuses (an ACL user
-    /// without the permission, a renamed command, a proxy that lacks it)
-    /// leaves that part unknown and is listed in [`Identity::refused`] with
-    /// the node's reply (a refused `SCRIPT LOAD` only costs the `NOSCRIPT`
-    /// fallback later); only a failure to get any answer (no connection, a
-    /// timeout) is an error.
-    pub(crate) fn identify(
-        &self,
-        scripts: &'static [&'static str],
-    ) -> impl Future<Output = Result<Identity, NodeError>> + Send + 'static {
-        let name = self.name.clone();
-        let call = self.bounded(Call::Read, move |mut connection| async move {
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors().cmd("INFO").arg("server").cmd("ROLE");
-            for code in scripts {
-                pipe.cmd("SCRIPT").arg("LOAD").arg(*code);
-            }
-            pipe.query_async::<Vec<RedisResult<Value>>>(&mut connection)
-                .await
-        });
-        async move {
-            let mut answers = call.await?.into_iter();
-            let mut identity = Identity::default();
-            match answers.next() {
-                Some(Ok(info)) => {
-                    let info = redis::from_redis_value::<String>(info).unwrap_or_default();
-                    identity.run_id = info
-                        .lines()
-                        .find_map(|line| line.strip_prefix("run_id:"))
-                        .map(|id| id.trim().to_owned());
-                }
-                Some(Err(err)) => identity_refusal(&mut identity.refused, "INFO server", &err),
-                None => {}
-            }
-            match answers.next() {
-                Some(Ok(Value::Array(role))) => {
-                    identity.role = match role.first() {
-                        Some(Value::BulkString(bytes)) => {
-                            Some(String::from_utf8_lossy(bytes).into_owned())
-                        }
-                        Some(Value::SimpleString(text)) => Some(text.clone()),
-                        _ => None,
-                    };
-                }
-                Some(Ok(_)) | None => {}
-                Some(Err(err)) => identity_refusal(&mut identity.refused, "ROLE", &err),
-            }
-            for loaded in answers {
-                if let Err(err) = loaded {
-                    tracing::debug!(node = %name, error = %err, "SCRIPT LOAD refused: scripts load on first use");
-                }
-            }
-            Ok(identity)
-        }
-    }
-
     /// The node's `redis::Client`, for connections other than the lock's own
     /// (the pub/sub connection of release notifications).
     pub(crate) fn client(&self) -> &Client {
@@ -530,13 +488,4 @@ fn yes_or_no(node: Arc<str>, reply: Value) -> Result<bool, NodeError> {
 /// The error for a reply the protocol does not allow.
 fn unexpected(node: Arc<str>, reply: &Value) -> NodeError {
     NodeError::new(node, NodeErrorKind::UnexpectedReply(format!("{reply:?}")))
-}
-
-/// Notes a first-contact command the node refused, with its reply.
-fn identity_refusal(refused: &mut Vec<String>, command: &str, err: &RedisError) {
-    let reply = match (err.code(), err.detail()) {
-        (Some(code), Some(detail)) => format!("{code} {detail}"),
-        _ => err.to_string(),
-    };
-    refused.push(format!("{command}: {reply}"));
 }

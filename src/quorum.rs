@@ -78,7 +78,9 @@ pub struct Votes {
     pub granted: usize,
     /// Nodes that answered no (the key was absent or held under another token).
     pub refused: usize,
-    /// Nodes that answered with an error or did not answer within the per-node timeout.
+    /// Nodes that answered with an error or did not answer within the per-node
+    /// timeout, or whose grant did not count ([`Error::not_counted`](crate::Error::not_counted)
+    /// lists those, with why).
     pub failed: usize,
     /// Nodes asked.
     pub nodes: usize,

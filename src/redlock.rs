@@ -10,7 +10,6 @@ use tracing::Instrument;
 
 use crate::background::Background;
 use crate::builder::{Config, RedlockBuilder};
-use crate::contact::{FirstContact, NotReady};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::node::Node;
@@ -18,6 +17,7 @@ use crate::notify::{Listening, Notifications};
 use crate::queue::{self, Place};
 use crate::quorum::{self, MAX_TTL, Votes};
 use crate::round::{Answer, Round, Until};
+use crate::standing::{NotReady, Standings};
 use crate::status::LockStatus;
 use futures::FutureExt;
 
@@ -60,7 +60,8 @@ pub struct Redlock {
 pub(crate) struct Inner {
     pub(crate) nodes: Arc<[Node]>,
     pub(crate) config: Config,
-    contact: Arc<FirstContact>,
+    /// Whose votes count (see `standing.rs`).
+    pub(crate) standings: Arc<Standings>,
     notifications: Arc<Notifications>,
     /// Which keys `lock` last found taken.
     busy: queue::Busy,
@@ -116,9 +117,12 @@ impl Redlock {
         RedlockBuilder::from_clients(clients).build()
     }
 
-    pub(crate) fn from_parts(nodes: Vec<Node>, config: Config, background: Background) -> Self {
-        let scripts = crate::scripts::for_client(config.fencing_counter_key.is_some());
-        let contact = Arc::new(FirstContact::new(nodes.len(), scripts));
+    pub(crate) fn from_parts(
+        nodes: Vec<Node>,
+        config: Config,
+        background: Background,
+        standings: Arc<Standings>,
+    ) -> Self {
         let notifications = Arc::new(Notifications::new(
             nodes.iter().map(|node| node.client().clone()).collect(),
             config.connect_timeout,
@@ -128,7 +132,7 @@ impl Redlock {
             inner: Arc::new(Inner {
                 nodes: nodes.into(),
                 config,
-                contact,
+                standings,
                 notifications,
                 busy: queue::Busy::new(),
                 background,
@@ -158,8 +162,10 @@ impl Redlock {
     }
 
     /// Asks every node what it holds for `resource`: free, held (token prefix
-    /// and remaining TTL) or failed; and whether a quorum holds it. Each node
-    /// is given the connect timeout to answer (this may be a fresh client).
+    /// and remaining TTL) or failed; whether a quorum holds it; and, for a
+    /// node whose votes do not count now (recovering from a restart, say),
+    /// why. Each node is given the connect timeout to answer (this may be a
+    /// fresh client).
     ///
     /// # Errors
     ///
@@ -177,7 +183,9 @@ impl Redlock {
             node.inspect(key.clone()).map(move |answer| (name, answer))
         }))
         .await;
-        Ok(LockStatus::from_answers(answers, self.quorum()))
+        let standings = &self.inner.standings;
+        let not_counted = (0..self.inner.nodes.len()).map(|index| standings.not_counted(index));
+        Ok(LockStatus::from_answers(answers, self.quorum()).with_standing(not_counted))
     }
 
     /// Takes the lock on `resource` for `ttl`, waiting for it until the
@@ -305,6 +313,8 @@ impl Inner {
             return invalid("too short to leave any validity after the clock-drift allowance");
         }
         let millis = u64::try_from(whole.as_millis()).unwrap_or(u64::MAX);
+        // The restart grace covers the longest TTL this client uses.
+        self.standings.note_ttl(millis);
         Ok(Ttl {
             ttl: whole,
             millis,
@@ -334,6 +344,11 @@ impl Inner {
         if self.config.fencing_counter_key.as_deref() == Some(&key[..]) {
             return Err(Error::InvalidResource {
                 reason: "its key is the fencing counter's".into(),
+            });
+        }
+        if key[prefix.len()..] == *crate::standing::MARKER_SUFFIX.as_bytes() {
+            return Err(Error::InvalidResource {
+                reason: "its key is the nodes' marker's (see `MARKER_SUFFIX`)".into(),
             });
         }
         if queue::is_queue_key(&key) {
@@ -397,7 +412,7 @@ impl Inner {
                 &self.background,
             ),
         }
-        .counting(self.contact.counted(&self.nodes));
+        .counting(&self.standings);
         AcquireRound {
             inner: self.clone(),
             key: key.clone(),
@@ -415,8 +430,7 @@ impl Inner {
             .nodes
             .iter()
             .map(|node| node.extend(key.clone(), token.clone(), ttl.millis));
-        let mut round =
-            Round::start(calls, &self.background).counting(self.contact.counted(&self.nodes));
+        let mut round = Round::start(calls, &self.background).counting(&self.standings);
         round.collect(Until::Decided).await;
         round
     }
@@ -470,11 +484,15 @@ impl Inner {
         let key = self.key_for(resource)?;
         let ttl = self.check_ttl(ttl)?;
         Error::ensure_runtime()?;
-        match self.contact.ensure(&self.nodes, deadline).await {
+        match self
+            .standings
+            .ensure(|index| self.nodes[index].connect(), deadline)
+            .await
+        {
             Ok(()) => {}
             Err(NotReady::Misconfigured(reason)) => return Err(Error::Misconfigured { reason }),
             // No round may start after the deadline.
-            Err(NotReady::DeadlinePassed(mut unchecked)) => {
+            Err(NotReady::DeadlinePassed(unchecked)) => {
                 let mut votes = Votes::new(self.nodes.len());
                 for _ in &unchecked {
                     votes.record(None);
@@ -483,7 +501,8 @@ impl Inner {
                     resource: show_resource(resource),
                     votes,
                     attempts: 0,
-                    source: unchecked.pop(),
+                    source: unchecked.last().cloned(),
+                    not_counted: unchecked.into_boxed_slice(),
                 });
             }
         }
@@ -700,8 +719,7 @@ impl Inner {
                 }
             }
         });
-        let mut round =
-            Round::start(calls, &self.background).counting(self.contact.counted(&self.nodes));
+        let mut round = Round::start(calls, &self.background).counting(&self.standings);
         round.collect(Until::Decided).await;
         let elapsed = start.elapsed();
         tracing::debug!(
@@ -962,6 +980,7 @@ impl Drop for AcquireRound {
 fn acquire_failure(resource: &[u8], round: &mut Round, elapsed: Duration, attempts: u32) -> Error {
     let votes = round.votes;
     let last_error = round.last_error.take();
+    let not_counted = std::mem::take(&mut round.not_counted).into_boxed_slice();
     let resource = show_resource(resource);
     if votes.has_quorum() {
         Error::NoValidity {
@@ -976,6 +995,7 @@ fn acquire_failure(resource: &[u8], round: &mut Round, elapsed: Duration, attemp
             votes,
             attempts,
             source: last_error,
+            not_counted,
         }
     } else {
         Error::Contended {
@@ -983,6 +1003,7 @@ fn acquire_failure(resource: &[u8], round: &mut Round, elapsed: Duration, attemp
             votes,
             attempts,
             source: last_error,
+            not_counted,
         }
     }
 }

@@ -6,6 +6,7 @@
 //! background, so every node receives its request.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
@@ -14,6 +15,7 @@ use futures::{FutureExt, StreamExt};
 use crate::background::Background;
 use crate::error::NodeError;
 use crate::quorum::Votes;
+use crate::standing::Standings;
 
 /// One node's answer in a round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,9 +82,13 @@ pub(crate) struct Round {
     pending: FuturesUnordered<Call>,
     /// Where calls still under way go when the round is dropped.
     background: Background,
-    /// Nodes whose grants count toward the quorum (`Ok`), and for the others
-    /// why not; `None`: all count.
-    counted: Option<Vec<Result<(), NodeError>>>,
+    /// Whose grants count toward the quorum, read as each grant arrives;
+    /// `None`: all count (releases).
+    standings: Option<Arc<Standings>>,
+    /// Whether each node's grant counted.
+    counted: Vec<bool>,
+    /// The grants that did not count, each with why.
+    pub(crate) not_counted: Vec<NodeError>,
 }
 
 impl Round {
@@ -111,7 +117,9 @@ impl Round {
             last_error: None,
             pending,
             background: background.clone(),
-            counted: None,
+            standings: None,
+            counted: vec![true; nodes],
+            not_counted: Vec::new(),
         }
     }
 
@@ -141,11 +149,13 @@ impl Round {
         }
     }
 
-    /// Counts grants only from the nodes marked `Ok` (`None`: all). A grant
-    /// from another node is a failed vote with its error, though its answer
-    /// stays `Granted` so that a release reaches it.
-    pub(crate) fn counting(mut self, counted: Option<Vec<Result<(), NodeError>>>) -> Round {
-        self.counted = counted;
+    /// Counts a grant only if the node's vote counts when the grant arrives
+    /// (see `standing.rs`). A grant that does not is a failed vote with its
+    /// error, though its answer stays `Granted` so that a release reaches it.
+    /// Reading the standing on arrival, not at the start, matters: a call
+    /// may connect (and check the node) during the round.
+    pub(crate) fn counting(mut self, standings: &Arc<Standings>) -> Round {
+        self.standings = Some(standings.clone());
         self
     }
 
@@ -162,11 +172,13 @@ impl Round {
     fn record(&mut self, index: usize, answer: Result<Reply, NodeError>) {
         match answer {
             Ok(Reply::Granted(counter)) => {
-                match self.counted.as_ref().map(|counted| &counted[index]) {
+                match self.standings.as_ref().map(|s| s.vote_counts(index)) {
                     None | Some(Ok(())) => self.votes.record(Some(true)),
                     Some(Err(not_counted)) => {
                         self.votes.record(None);
+                        self.counted[index] = false;
                         self.last_error = Some(not_counted.clone());
+                        self.not_counted.push(not_counted);
                     }
                 }
                 self.answers[index] = Answer::Granted;
@@ -195,13 +207,7 @@ impl Round {
         self.numbers
             .iter()
             .enumerate()
-            .filter(|(index, _)| {
-                self.answers[*index] == Answer::Granted
-                    && self
-                        .counted
-                        .as_ref()
-                        .is_none_or(|counted| counted[*index].is_ok())
-            })
+            .filter(|(index, _)| self.answers[*index] == Answer::Granted && self.counted[*index])
             .filter_map(|(_, counter)| *counter)
             .max()
     }

@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::NodeError;
+use crate::standing::NotCounted;
 
 /// How many characters of a holder's token a status shows. The whole token is
 /// never shown: whoever knows it can release the lock.
@@ -36,6 +37,10 @@ pub struct NodeStatus {
     pub node: String,
     /// What it holds.
     pub state: NodeState,
+    /// Why its votes do not count toward a quorum now, if they do not (a
+    /// node recovering from a restart, say). What it holds is shown all the
+    /// same.
+    pub not_counted: Option<NotCounted>,
 }
 
 /// A snapshot of a lock across all nodes, from [`Redlock::status`](crate::Redlock::status).
@@ -57,6 +62,19 @@ pub struct LockStatus {
 /// One node's raw answer: its name, and the holder's full token with the
 /// key's PTTL in milliseconds (`None` when the key is absent).
 pub(crate) type NodeAnswer = (String, Result<Option<(String, i64)>, NodeError>);
+
+impl LockStatus {
+    /// Notes, node by node, why votes do not count (in node order).
+    pub(crate) fn with_standing(
+        mut self,
+        not_counted: impl Iterator<Item = Option<NotCounted>>,
+    ) -> Self {
+        for (status, reason) in self.nodes.iter_mut().zip(not_counted) {
+            status.not_counted = reason;
+        }
+        self
+    }
+}
 
 impl LockStatus {
     /// Builds the status from each node's full token (compared whole, shown cut).
@@ -94,6 +112,7 @@ impl LockStatus {
                     },
                     Err(err) => NodeState::Failed(err),
                 },
+                not_counted: None,
             })
             .collect();
         LockStatus {
@@ -140,18 +159,18 @@ fn prefix(token: &str) -> String {
 impl fmt::Display for LockStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for status in &self.nodes {
+            write!(f, "{:<24} ", status.node)?;
             match &status.state {
-                NodeState::Free => writeln!(f, "{:<24} free", status.node)?,
+                NodeState::Free => write!(f, "free")?,
                 NodeState::Held { token_prefix, ttl } => match ttl {
-                    Some(ttl) => writeln!(
-                        f,
-                        "{:<24} held by {token_prefix}… ttl {} ms",
-                        status.node,
-                        ttl.as_millis()
-                    )?,
-                    None => writeln!(f, "{:<24} held by {token_prefix}… no ttl", status.node)?,
+                    Some(ttl) => write!(f, "held by {token_prefix}… ttl {} ms", ttl.as_millis())?,
+                    None => write!(f, "held by {token_prefix}… no ttl")?,
                 },
-                NodeState::Failed(err) => writeln!(f, "{:<24} error: {}", status.node, err.kind())?,
+                NodeState::Failed(err) => write!(f, "error: {}", err.kind())?,
+            }
+            match &status.not_counted {
+                Some(reason) => writeln!(f, " (does not count: {reason})")?,
+                None => writeln!(f)?,
             }
         }
         match (&self.holder, self.is_free()) {

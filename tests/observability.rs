@@ -55,6 +55,56 @@ async fn logs_name_the_resource_and_never_the_token() {
     }
 }
 
+/// A node that restarts without persistence is warned about when it enters
+/// recovery (node, both run ids, the grace left) and when it leaves it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_restarted_node_entering_and_leaving_recovery_is_warned_about() {
+    let (captured, _default) = support::capture_logs(tracing::Level::WARN);
+    let mut nodes = servers(3);
+    let grace = Duration::from_millis(1500);
+    let redlock = builder(&nodes).restart_grace(grace).build().unwrap();
+    let ttl = Duration::from_millis(500);
+    redlock
+        .lock("observed:restart", ttl)
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    nodes[1].restart();
+    let restarted = std::time::Instant::now();
+    let recovered = support::eventually(grace + Duration::from_secs(10), || {
+        captured.text().contains("node recovered")
+    });
+    // Calls reconnect to node 1 (and check it) until it has recovered.
+    let calls = async {
+        loop {
+            let _ = redlock.status("observed:restart").await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::select! {
+        recovered = recovered => assert!(recovered, "no \"recovered\" warning:\n{}", captured.text()),
+        () = calls => unreachable!(),
+    }
+    assert!(restarted.elapsed() >= grace);
+    let logs = captured.text();
+    let entered = logs
+        .lines()
+        .find(|line| line.contains("node recovering from a restart"))
+        .unwrap_or_else(|| panic!("no \"recovering\" warning:\n{logs}"));
+    let node = format!("127.0.0.1:{}", nodes[1].port());
+    for field in [
+        node.as_str(),
+        "run_id=",
+        "previous_run_id=",
+        "grace_left_ms=",
+        "run_id changed",
+    ] {
+        assert!(entered.contains(field), "{field} missing from: {entered}");
+    }
+}
+
 /// An even number of nodes is allowed, with a warning in the log.
 #[test]
 fn an_even_number_of_nodes_is_warned_about() {

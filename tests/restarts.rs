@@ -1,45 +1,141 @@
-//! Restarts. The Redis docs' rule: a node restarted without persistence must
-//! stay down for at least the longest TTL ("delayed restart"), or it may grant
-//! a lock that a quorum still holds. These tests show the hazard and both safe
-//! settings: a delayed restart, and `appendonly yes` + `appendfsync always`.
+//! Restarts. A node restarted without persistence comes back empty and may
+//! grant a lock that a quorum still holds. quorlock closes this by default: a
+//! node that restarted, and whose data is not durable, is *recovering* and
+//! its grants do not count until the restart grace has passed since it came
+//! back. These tests show the hazard (with the protection off), that the
+//! defaults close it, that durable nodes count at once, that a recovering
+//! node counts again by itself, and the strict mode.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use quorlock::Redlock;
+use quorlock::{Error, LockGuard, Redlock, RedlockBuilder};
 use support::{RedisServer, servers, urls};
 
+const RESOURCE: &str = "restarts:resource";
+
+fn builder(nodes: &[RedisServer]) -> RedlockBuilder {
+    Redlock::builder(urls(nodes)).node_timeout(Duration::from_millis(200))
+}
+
 fn client(nodes: &[RedisServer]) -> Redlock {
-    Redlock::builder(urls(nodes))
-        .node_timeout(Duration::from_millis(200))
+    builder(nodes).build().unwrap()
+}
+
+/// A client without the restart protection: what every other Redlock client does.
+fn unprotected(nodes: &[RedisServer]) -> Redlock {
+    builder(nodes)
+        .restart_grace(Duration::ZERO)
         .build()
         .unwrap()
 }
 
 /// Holder A takes the lock while node 2 is down, so it holds nodes 0 and 1.
-async fn holder_on_nodes_0_and_1(nodes: &mut [RedisServer], ttl: Duration) -> quorlock::LockGuard {
+async fn holder_on_nodes_0_and_1(
+    nodes: &mut [RedisServer],
+    a_client: &Redlock,
+    ttl: Duration,
+) -> LockGuard {
     nodes[2].kill();
-    let a = client(nodes)
-        .try_lock("restarts:resource", ttl)
-        .await
-        .unwrap();
+    let a = a_client.try_lock(RESOURCE, ttl).await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(nodes[0].get(a.key()).is_some() && nodes[1].get(a.key()).is_some());
     a
 }
 
-/// The hazard: node 1 restarts at once without persistence and comes back
-/// empty; with node 2 back too, a second client takes the lock while the
-/// first holder's lock is still valid. Two holders at once.
+/// The nodes of `err` whose grants did not count because they are recovering.
+fn recovering_nodes(err: &Error) -> Vec<String> {
+    err.not_counted()
+        .iter()
+        .filter(|node| node.is_recovering())
+        .map(|node| node.node().to_owned())
+        .collect()
+}
+
+fn node_name(node: &RedisServer) -> String {
+    format!("127.0.0.1:{}", node.port())
+}
+
+/// The hazard closed by default: node 1 restarts at once without
+/// persistence and comes back empty; with node 2 back too, a second client
+/// (another process, which never met node 1 before) is refused, saying why:
+/// node 1 (young, unmarked, beside a marked node 0) is recovering, and so is
+/// node 2. The first holder stays the only one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn immediate_restart_without_persistence_allows_a_second_holder() {
+async fn immediate_restart_without_persistence_grants_no_second_holder_by_default() {
     let mut nodes = servers(3);
-    let a = holder_on_nodes_0_and_1(&mut nodes, Duration::from_secs(10)).await;
+    let a_client = client(&nodes);
+    let a = holder_on_nodes_0_and_1(&mut nodes, &a_client, Duration::from_secs(10)).await;
     nodes[1].restart();
     nodes[2].spawn().unwrap();
     let b = client(&nodes)
-        .try_lock("restarts:resource", Duration::from_secs(10))
+        .try_lock(RESOURCE, Duration::from_secs(10))
+        .await;
+    assert!(a.is_valid());
+    let err = b.expect_err("a second holder while the first is valid");
+    println!("second client refused: {err}");
+    assert!(err.is_unavailable(), "{err}");
+    let recovering = recovering_nodes(&err);
+    assert!(
+        recovering.contains(&node_name(&nodes[1])),
+        "node 1 named as recovering: {err}"
+    );
+    assert!(
+        err.to_string().contains("recovering from a restart"),
+        "{err}"
+    );
+
+    // A `lock` call that waits fails the same way once its patience is spent.
+    let err = builder(&nodes)
+        .acquire_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap()
+        .lock(RESOURCE, Duration::from_secs(10))
+        .await
+        .expect_err("a second holder while the first is valid");
+    assert!(!recovering_nodes(&err).is_empty(), "{err}");
+    assert!(a.is_valid());
+}
+
+/// The same sequence seen by the first holder's own client: it knew node 1,
+/// so the changed `run_id` alone holds node 1 back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_knew_the_node_sees_its_run_id_change() {
+    let mut nodes = servers(3);
+    // `lock`, which retries: the first call on the connection the restart
+    // broke fails before the client reconnects.
+    let a_client = builder(&nodes)
+        .acquire_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let a = holder_on_nodes_0_and_1(&mut nodes, &a_client, Duration::from_secs(10)).await;
+    nodes[1].restart();
+    nodes[2].spawn().unwrap();
+    let err = a_client
+        .lock(RESOURCE, Duration::from_secs(10))
+        .await
+        .expect_err("a second holder while the first is valid");
+    assert!(
+        recovering_nodes(&err).contains(&node_name(&nodes[1])),
+        "{err}"
+    );
+    assert!(err.to_string().contains("run_id changed"), "{err}");
+    assert!(a.is_valid());
+}
+
+/// The hazard, with the protection switched off (`restart_grace(0)`): the
+/// emptied node grants a second holder while the first is still valid. Two
+/// holders at once: why the protection exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn immediate_restart_without_protection_allows_a_second_holder() {
+    let mut nodes = servers(3);
+    let a_client = unprotected(&nodes);
+    let a = holder_on_nodes_0_and_1(&mut nodes, &a_client, Duration::from_secs(10)).await;
+    nodes[1].restart();
+    nodes[2].spawn().unwrap();
+    let b = unprotected(&nodes)
+        .try_lock(RESOURCE, Duration::from_secs(10))
         .await;
     let b = b.expect("the documented hazard: the emptied node grants a second holder");
     assert!(
@@ -53,16 +149,18 @@ async fn immediate_restart_without_persistence_allows_a_second_holder() {
     );
 }
 
-/// Safe setting 1, delayed restart: node 1 stays down for the TTL before it
-/// restarts empty; no second holder is granted while the first is valid.
+/// The operator's safe setting without the protection, delayed restart:
+/// node 1 stays down for the TTL before it restarts empty; no second holder
+/// is granted while the first is valid.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delayed_restart_grants_no_second_holder_while_the_first_is_valid() {
     let mut nodes = servers(3);
     let ttl = Duration::from_millis(1500);
-    let a = holder_on_nodes_0_and_1(&mut nodes, ttl).await;
+    let a_client = unprotected(&nodes);
+    let a = holder_on_nodes_0_and_1(&mut nodes, &a_client, ttl).await;
     nodes[1].kill();
     nodes[2].spawn().unwrap();
-    let b_client = client(&nodes);
+    let b_client = unprotected(&nodes);
     let down_since = Instant::now();
     let mut granted_while_a_valid = 0;
     let mut b = None;
@@ -71,7 +169,7 @@ async fn delayed_restart_grants_no_second_holder_while_the_first_is_valid() {
         if !nodes[1].is_running() && down_since.elapsed() >= ttl {
             nodes[1].spawn().unwrap();
         }
-        if let Ok(guard) = b_client.try_lock("restarts:resource", ttl).await {
+        if let Ok(guard) = b_client.try_lock(RESOURCE, ttl).await {
             if a.is_valid() {
                 granted_while_a_valid += 1;
             }
@@ -90,14 +188,16 @@ async fn delayed_restart_grants_no_second_holder_while_the_first_is_valid() {
     assert!(!a.is_valid());
 }
 
-/// Safe setting 2, persistence: with `appendonly yes` and `appendfsync
-/// always`, node 1 restarts at once and still holds the key, so the second
-/// client is refused while the first holder is valid.
+/// Persistence, `appendonly yes` with `appendfsync always`: node 1 restarts
+/// at once and still holds the key, so the second client is refused while
+/// the first holder is valid; and the restarted node counts at once, for the
+/// client that saw its `run_id` change and for a fresh one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restart_with_appendfsync_always_keeps_the_lock() {
+async fn a_durable_node_keeps_the_lock_and_counts_at_once_after_a_restart() {
     let aof = ["--appendonly", "yes", "--appendfsync", "always"];
     let mut nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_with(&aof)).collect();
-    let a = holder_on_nodes_0_and_1(&mut nodes, Duration::from_secs(10)).await;
+    let a_client = client(&nodes);
+    let a = holder_on_nodes_0_and_1(&mut nodes, &a_client, Duration::from_secs(10)).await;
     nodes[1].restart(); // SIGKILL, then start on the same port and directory
     assert!(
         nodes[1].get(a.key()).is_some(),
@@ -105,9 +205,144 @@ async fn restart_with_appendfsync_always_keeps_the_lock() {
     );
     nodes[2].spawn().unwrap();
     let err = client(&nodes)
-        .try_lock("restarts:resource", Duration::from_secs(10))
+        .try_lock(RESOURCE, Duration::from_secs(10))
         .await
         .unwrap_err();
     assert!(err.is_contended(), "got {err}");
+    assert!(err.not_counted().is_empty(), "{err}");
     assert!(a.is_valid());
+    // The release may miss node 1 (the first call on the connection its
+    // restart broke fails): the key is removed by hand.
+    let _ = a.unlock().await;
+    let _: i64 = redis::cmd("DEL")
+        .arg(a_client.key(RESOURCE).unwrap())
+        .query(&mut nodes[1].connection())
+        .unwrap();
+
+    // With node 0 down, a lock needs nodes 1 and 2: node 1 counts at once.
+    nodes[0].kill();
+    let fresh = client(&nodes);
+    for (who, redlock) in [
+        ("the client that knew it", &a_client),
+        ("a fresh client", &fresh),
+    ] {
+        let mut granted = None;
+        for _ in 0..3 {
+            match redlock.try_lock(RESOURCE, Duration::from_secs(10)).await {
+                Ok(guard) => {
+                    granted = Some(guard);
+                    break;
+                }
+                // Broken or refused connections (node 0's; node 2's first)
+                // fail until the client connects again.
+                Err(err) => {
+                    assert!(err.not_counted().is_empty(), "{who}: {err}");
+                    tokio::time::sleep(Duration::from_millis(150)).await;
+                }
+            }
+        }
+        let guard = granted.unwrap_or_else(|| panic!("{who}: no lock on nodes 1 and 2"));
+        let _ = guard.unlock().await;
+    }
+}
+
+/// A recovering node, seen by one long-lived client: locks go on while the
+/// other nodes make a quorum, fail saying "recovering" while they do not,
+/// and succeed on the restarted node once the grace has passed, without a
+/// rebuild. The status shows the node as recovering. (`tests/observability.rs`
+/// checks the warnings logged when it enters and leaves recovery.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovering_node_counts_again_after_the_grace() {
+    {
+        let mut nodes = servers(3);
+        let grace = Duration::from_secs(2);
+        let ttl = Duration::from_millis(500);
+        let redlock = builder(&nodes).restart_grace(grace).build().unwrap();
+        redlock
+            .lock(RESOURCE, ttl)
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+
+        // Before the restart: the grace runs from the server's start, which
+        // comes later.
+        let restarted = Instant::now();
+        nodes[1].restart();
+        // The other two make a quorum: locking goes on.
+        let guard = redlock.lock(RESOURCE, ttl).await.unwrap();
+        // The first call on the connection the restart broke may fail
+        // before the client reconnects and sees the new run_id.
+        let mut status = redlock.status(RESOURCE).await.unwrap();
+        while status.nodes[1].not_counted.is_none() && restarted.elapsed() < grace / 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            status = redlock.status(RESOURCE).await.unwrap();
+        }
+        println!("{status}");
+        let node_1 = &status.nodes[1];
+        assert!(
+            node_1
+                .not_counted
+                .as_ref()
+                .is_some_and(quorlock::NotCounted::is_recovering),
+            "{status}"
+        );
+        assert!(
+            status.to_string().contains("recovering from a restart"),
+            "{status}"
+        );
+        assert!(status.nodes[0].not_counted.is_none() && status.nodes[2].not_counted.is_none());
+        guard.unlock().await.unwrap();
+
+        // Without node 2, nodes 0 and 1 would be a quorum, but node 1 does
+        // not count yet.
+        nodes[2].kill();
+        let err = redlock
+            .try_lock(RESOURCE, ttl)
+            .await
+            .expect_err("a lock counted on a recovering node");
+        assert!(err.is_unavailable(), "{err}");
+        assert_eq!(recovering_nodes(&err), vec![node_name(&nodes[1])], "{err}");
+        println!("refused while recovering: {err}");
+
+        // Once the grace has passed, node 1 counts again by itself.
+        let mut counted_after = None;
+        while restarted.elapsed() < grace + Duration::from_secs(10) {
+            if let Ok(guard) = redlock.try_lock(RESOURCE, ttl).await {
+                counted_after = Some(restarted.elapsed());
+                guard.unlock().await.unwrap();
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let after = counted_after.expect("the recovered node never counted again");
+        assert!(after >= grace, "counted after {after:?}, before the grace");
+        println!("node 1 counted again {after:?} after its restart (grace {grace:?})");
+        let status = redlock.status(RESOURCE).await.unwrap();
+        assert!(status.nodes[1].not_counted.is_none(), "{status}");
+    }
+}
+
+/// Fresh nodes: by default the first lock does not wait (a brand-new set has
+/// no marker anywhere); in strict mode the young nodes are held back for the
+/// grace, and the error says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fresh_nodes_count_at_once_unless_strict() {
+    let nodes = servers(3);
+    let strict = builder(&nodes).strict_restarts(true).build().unwrap();
+    let err = strict
+        .try_lock(RESOURCE, Duration::from_secs(1))
+        .await
+        .expect_err("strict mode counts young nodes");
+    assert_eq!(recovering_nodes(&err).len(), 3, "{err}");
+    assert!(err.to_string().contains("strict"), "{err}");
+
+    let started = Instant::now();
+    let guard = client(&nodes)
+        .try_lock(RESOURCE, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(1));
+    guard.unlock().await.unwrap();
 }

@@ -5,6 +5,19 @@
 //! least the TTL) restarts a minority of nodes, and once takes a majority
 //! down. Each critical section checks a separate Redis "checker": `INCR` on
 //! entry must return 1, `DECR` on exit.
+//!
+//! With [`Restarts::Immediate`], the minority faults are instead the
+//! Redlock hazard itself: two nodes are frozen (so holders hold a bare
+//! quorum of the other three), one of those three is killed and restarted
+//! empty at once, and the frozen two are thawed. The holder inside its
+//! critical section at the restart stays in it (while the checker's
+//! `chaos:hold-on` is set, and never past its validity) until well after the
+//! thaw, as a long critical section would. Without the restart protection
+//! (`Plan::protected` false), a second holder can then take the lock on the
+//! restarted and the thawed nodes.
+//!
+//! With `CHAOS_DEBUG` set, the workers log quorlock's warnings to stderr,
+//! and each overlap with the lock's status as the entering worker sees it.
 #![allow(dead_code)]
 
 use std::process::{Child, Command, Stdio};
@@ -32,6 +45,58 @@ pub struct Plan {
     pub acquisitions: u64,
     /// Give up (and fail) after this long.
     pub limit: Duration,
+    /// How the minority faults restart a killed node.
+    pub restarts: Restarts,
+    /// How long each critical section lasts (besides the checker's calls).
+    pub hold: Duration,
+    /// Critical sections last while the injector's `chaos:hold-on` is set
+    /// (immediate restarts), within their validity.
+    pub hold_on_signal: bool,
+    /// Whether the workers keep the restart protection on (with a grace of
+    /// the TTL); off, `restart_grace(0)`, as other Redlock clients behave.
+    pub protected: bool,
+}
+
+/// How the minority faults restart a killed node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restarts {
+    /// Down for longer than the TTL, then restarted empty: safe without the
+    /// protection (the Redis docs' "delayed restart").
+    Delayed,
+    /// Killed and restarted empty at once, while two other nodes are frozen.
+    Immediate,
+}
+
+impl Plan {
+    /// The suite's and the example's default run: delayed restarts, no
+    /// added hold in the critical section, protection on.
+    pub fn delayed(workers: usize, fencing: bool, acquisitions: u64, limit: Duration) -> Self {
+        Plan {
+            workers,
+            fencing,
+            acquisitions,
+            limit,
+            restarts: Restarts::Delayed,
+            hold: Duration::ZERO,
+            hold_on_signal: false,
+            protected: true,
+        }
+    }
+
+    /// Immediate restarts without persistence, 1 ms critical sections, the
+    /// one at a restart held across it.
+    pub fn immediate(workers: usize, acquisitions: u64, limit: Duration, protected: bool) -> Self {
+        Plan {
+            workers,
+            fencing: false,
+            acquisitions,
+            limit,
+            restarts: Restarts::Immediate,
+            hold: Duration::from_millis(1),
+            hold_on_signal: true,
+            protected,
+        }
+    }
 }
 
 /// What a run found.
@@ -39,6 +104,10 @@ pub struct Plan {
 pub struct Report {
     pub acquisitions: u64,
     pub overlaps: u64,
+    /// Entries while an earlier holder was still inside but past its
+    /// validity (a stalled process: not covered by a lease, nor counted as
+    /// an overlap of two valid holders).
+    pub overstays: u64,
     pub failed_calls: u64,
     pub longest_failed_call: Duration,
     pub granted_during_outage: u64,
@@ -56,14 +125,28 @@ pub struct Report {
 impl Report {
     pub fn print(&self, plan: &Plan) {
         println!(
-            "chaos: {} worker processes x {TASKS_PER_WORKER} tasks, 5 nodes, {:.1} s",
+            "chaos: {} worker processes x {TASKS_PER_WORKER} tasks, 5 nodes, {:.1} s, \
+             {:?} restarts, hold {:?}, restart protection {}",
             plan.workers,
-            self.elapsed.as_secs_f64()
+            self.elapsed.as_secs_f64(),
+            plan.restarts,
+            plan.hold,
+            if plan.protected { "on" } else { "off" }
         );
         println!("  acquisitions            {}", self.acquisitions);
         println!("  overlaps                {}", self.overlaps);
+        if self.overstays > 0 {
+            println!(
+                "  overstays               {} (entered after the holder inside had outlived its validity)",
+                self.overstays
+            );
+        }
+        let restart = match plan.restarts {
+            Restarts::Delayed => "delayed",
+            Restarts::Immediate => "immediate",
+        };
         println!(
-            "  faults injected         {} ({} freezes, {} kills with delayed restart, {} majority outage)",
+            "  faults injected         {} ({} freezes, {} kills with {restart} restart, {} majority outage)",
             self.freezes + self.kills + self.majority_outages,
             self.freezes,
             self.kills,
@@ -137,11 +220,40 @@ type AnyError = Box<dyn std::error::Error + Send + Sync>;
 /// The worker process: `--chaos-worker CHECKER_URL NODE_URL...`. Locks until
 /// the checker's `stop` key is set, then prints its tally.
 pub async fn worker(checker: &str, nodes: &[String]) -> Result<(), AnyError> {
+    if std::env::var_os("CHAOS_DEBUG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .try_init();
+    }
     let checker = redis::Client::open(checker)?
         .get_multiplexed_async_connection()
         .await?;
-    let fencing: Option<i64> = checker.clone().get("chaos:fencing").await?;
+    let (fencing, hold_us, unprotected, hold_on_signal): (
+        Option<i64>,
+        Option<u64>,
+        Option<i64>,
+        Option<i64>,
+    ) = redis::pipe()
+        .get("chaos:fencing")
+        .get("chaos:hold-us")
+        .get("chaos:unprotected")
+        .get("chaos:hold-on-signal")
+        .query_async(&mut checker.clone())
+        .await?;
+    let hold = Hold {
+        base: Duration::from_micros(hold_us.unwrap_or(0)),
+        on_signal: hold_on_signal.is_some(),
+    };
+    // The grace covers the TTL, the longest any worker uses.
+    let grace = if unprotected.is_some() {
+        Duration::ZERO
+    } else {
+        TTL
+    };
     let redlock = Redlock::builder(nodes)
+        .restart_grace(grace)
         .fencing(fencing.is_some())
         .node_timeout(NODE_TIMEOUT)
         .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -149,13 +261,14 @@ pub async fn worker(checker: &str, nodes: &[String]) -> Result<(), AnyError> {
         .retry_jitter(Duration::from_millis(10))
         .build()?;
     let tasks: Vec<_> = (0..TASKS_PER_WORKER)
-        .map(|_| tokio::spawn(worker_task(redlock.clone(), checker.clone())))
+        .map(|_| tokio::spawn(worker_task(redlock.clone(), checker.clone(), hold)))
         .collect();
     let mut tally = Tally::default();
     for task in tasks {
         let one = task.await??;
         tally.acquisitions += one.acquisitions;
         tally.overlaps += one.overlaps;
+        tally.overstays += one.overstays;
         tally.failed += one.failed;
         tally.granted_during_outage += one.granted_during_outage;
         tally.longest_failed = tally.longest_failed.max(one.longest_failed);
@@ -163,9 +276,10 @@ pub async fn worker(checker: &str, nodes: &[String]) -> Result<(), AnyError> {
     }
     redlock.flush().await;
     println!(
-        "chaos-tally {} {} {} {} {} {}",
+        "chaos-tally {} {} {} {} {} {} {}",
         tally.acquisitions,
         tally.overlaps,
+        tally.overstays,
         tally.failed,
         tally.granted_during_outage,
         tally.longest_failed.as_micros(),
@@ -173,6 +287,18 @@ pub async fn worker(checker: &str, nodes: &[String]) -> Result<(), AnyError> {
     );
     Ok(())
 }
+
+/// How long a worker's critical sections last.
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    base: Duration,
+    /// Also while the injector's `chaos:hold-on` is set.
+    on_signal: bool,
+}
+
+/// A critical section held across a restart ends this long before its
+/// validity does: an overlap must be one of two valid holders.
+const HOLD_MARGIN: Duration = Duration::from_millis(100);
 
 /// The tasks that lock in each worker process.
 pub const TASKS_PER_WORKER: usize = 3;
@@ -182,6 +308,7 @@ pub const TASKS_PER_WORKER: usize = 3;
 struct Tally {
     acquisitions: u64,
     overlaps: u64,
+    overstays: u64,
     failed: u64,
     granted_during_outage: u64,
     longest_failed: Duration,
@@ -192,6 +319,7 @@ struct Tally {
 async fn worker_task(
     redlock: Redlock,
     mut checker: redis::aio::MultiplexedConnection,
+    hold: Hold,
 ) -> Result<Tally, AnyError> {
     let mut tally = Tally::default();
     // Inside the critical section: the token must exceed the last holder's.
@@ -221,9 +349,31 @@ return 1"#,
                     tally.granted_during_outage += 1;
                 }
                 let holders: i64 = checker.incr("chaos:holders", 1).await?;
+                let now_us = || {
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |since| since.as_micros() as u64)
+                };
                 if holders != 1 {
-                    tally.overlaps += 1;
+                    // Two valid holders, or one that outlived its validity?
+                    let inside_valid_until: Option<u64> =
+                        checker.get("chaos:valid-until-us").await?;
+                    if inside_valid_until.is_some_and(|until| now_us() >= until) {
+                        tally.overstays += 1;
+                    } else {
+                        tally.overlaps += 1;
+                        if std::env::var_os("CHAOS_DEBUG").is_some() {
+                            let status = redlock.status(RESOURCE).await?;
+                            tracing::error!(
+                                "overlap: worker {} entered with {:?} of validity left\n{status}",
+                                std::process::id(),
+                                guard.remaining()
+                            );
+                        }
+                    }
                 }
+                let valid_until = now_us() + guard.remaining().as_micros() as u64;
+                let _: () = checker.set("chaos:valid-until-us", valid_until).await?;
                 if let Some(token) = guard.fencing_token() {
                     let increased: i64 = fence_check
                         .key("chaos:last-token")
@@ -233,6 +383,19 @@ return 1"#,
                     if increased != 1 {
                         tally.fencing_violations += 1;
                     }
+                }
+                if !hold.base.is_zero() {
+                    tokio::time::sleep(hold.base).await;
+                }
+                // Held across an injected restart, within the validity.
+                while hold.on_signal
+                    && guard.remaining() > HOLD_MARGIN
+                    && checker
+                        .get::<_, Option<i64>>("chaos:hold-on")
+                        .await?
+                        .is_some()
+                {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
                 }
                 let _: i64 = checker.decr("chaos:holders", 1).await?;
                 let _: i64 = checker.incr("chaos:acquired", 1).await?;
@@ -263,6 +426,14 @@ pub async fn run(
     let node_urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     if plan.fencing {
         let _: () = checker.set("chaos:fencing", 1).await?;
+    }
+    let hold_us = u64::try_from(plan.hold.as_micros()).unwrap_or(u64::MAX);
+    let _: () = checker.set("chaos:hold-us", hold_us).await?;
+    if !plan.protected {
+        let _: () = checker.set("chaos:unprotected", 1).await?;
+    }
+    if plan.hold_on_signal {
+        let _: () = checker.set("chaos:hold-on-signal", 1).await?;
     }
     let mut workers: Vec<Child> = Vec::new();
     for _ in 0..plan.workers {
@@ -322,6 +493,33 @@ pub async fn run(
             outage_done = true;
             continue;
         }
+        if plan.restarts == Restarts::Immediate {
+            // The hazard: nodes f1 and f2 frozen, so holders hold a bare
+            // quorum that includes node r; r killed and restarted empty at
+            // once; f1 and f2 thawed right after.
+            let first = rng.random_range(0..5);
+            let (r, f1, f2) = (first, (first + 1) % 5, (first + 2) % 5);
+            nodes[f1].pause();
+            nodes[f2].pause();
+            let before = acquired(&mut checker).await?;
+            tokio::time::sleep(Duration::from_millis(rng.random_range(100..300))).await;
+            // The holder of the moment stays in its critical section.
+            let _: () = checker.set("chaos:hold-on", 1).await?;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            nodes[r].restart();
+            nodes[f1].resume();
+            nodes[f2].resume();
+            report.freezes += 2;
+            report.kills += 1;
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            let _: () = checker.del("chaos:hold-on").await?;
+            tokio::time::sleep(Duration::from_millis(rng.random_range(50..150))).await;
+            report.acquired_during_minority_faults += acquired(&mut checker).await? - before;
+            // The restarted node recovers (the grace is the TTL) before the
+            // next fault, so that a quorum of counted nodes remains.
+            tokio::time::sleep(TTL + Duration::from_millis(rng.random_range(100..300))).await;
+            continue;
+        }
         // A minority fault: one or two nodes, frozen or killed.
         let count = rng.random_range(1..=2);
         let first = rng.random_range(0..5);
@@ -373,11 +571,21 @@ pub async fn run(
             .split_whitespace()
             .filter_map(|f| f.parse().ok())
             .collect();
-        let [acquisitions, overlaps, failed, granted, longest_us, fencing] = fields[..] else {
+        let [
+            acquisitions,
+            overlaps,
+            overstays,
+            failed,
+            granted,
+            longest_us,
+            fencing,
+        ] = fields[..]
+        else {
             return Err(format!("bad tally {line:?}").into());
         };
         report.acquisitions += acquisitions;
         report.overlaps += overlaps;
+        report.overstays += overstays;
         report.failed_calls += failed;
         report.granted_during_outage += granted;
         report.fencing_violations += fencing;

@@ -1,0 +1,1064 @@
+//! Standing: whether a node's votes count toward a quorum now, and if not,
+//! why. One concept, [`NotCounted`], covers every vote that does not count:
+//!
+//! - **unchecked**: no connection to the node has passed its check yet (it
+//!   is down, or the check is under way);
+//! - **unresponsive**: its last call timed out and it has not answered a
+//!   probe since; it is not even asked (one more request would only pile up
+//!   behind a frozen server: see `node.rs`);
+//! - **recovering**: it restarted and may have lost its keys; it *is* asked
+//!   (so that it learns the locks taken meanwhile, and its keys are released
+//!   like any other), but its grants do not count until the restart grace
+//!   has passed since it came back.
+//!
+//! Not counting a vote can only withhold a lock, never grant one.
+//!
+//! # The check on every connection
+//!
+//! Every connection to a node, the first and each one after a break, is
+//! checked before any call may use it (`connection.rs` runs the check as the
+//! last step of connecting, within the connect timeout). One round trip asks
+//! `INFO server` (`run_id`, `uptime_in_seconds`), `ROLE`, `CONFIG GET
+//! appendonly`, `CONFIG GET appendfsync`, and `GET` of the node's *marker*
+//! (the key prefix followed by [`MARKER_SUFFIX`]), with the client's `SCRIPT
+//! LOAD`s. The node is judged from the answers; a node judged to count gets
+//! the marker (its `run_id`) written before the connection is handed out.
+//! A restart always breaks the connection, so no reply of a restarted
+//! server reaches a round before its new incarnation has been judged.
+//!
+//! The same checks find misconfigurations: the same server listed twice
+//! (two URLs, one `run_id`) would cast two votes and count twice in the
+//! quorum size; a replica cannot hold a lock and loses what it replicates on
+//! failover. Either refuses locking with [`Error::Misconfigured`].
+//!
+//! **A node that refuses a check command** (an ACL user without the
+//! permission, a renamed command, a proxy that lacks it) *is counted*, with a
+//! warning that names the node and its reply: it answers, so it can hold a
+//! lock, and refusing it would make such deployments unusable. What is lost
+//! is the check: without `INFO` no duplicate, and no restart, is detected on
+//! that node; without `CONFIG` the node is taken as not durable; a refused
+//! marker write leaves it unmarked.
+//!
+//! # Restarts: the judgment
+//!
+//! A node is *durable* when it runs `appendonly yes` with `appendfsync
+//! always`: every acknowledged `SET` is on disk before the reply, so a
+//! restart keeps its keys with their expiry. `G`, the grace, is
+//! `max(restart_grace, the longest TTL this client has used)` plus the drift
+//! allowance on it. `restart_grace` zero switches the protection off.
+//!
+//! On each check the node is judged, in this order:
+//! 1. durable (and durable nodes trusted, the default): it counts;
+//! 2. up for at least `G` (`uptime_in_seconds`): it counts; a lock it may
+//!    have lost has expired;
+//! 3. its `run_id` changed since this client last checked it: *recovering*;
+//! 4. first met by this client, its marker holds another `run_id` (it
+//!    restarted from a snapshot, which may predate locks it lost):
+//!    *recovering*;
+//! 5. first met, marked with its own `run_id` (a client judged this very
+//!    incarnation to count, by these rules): it counts;
+//! 6. first met, young and unmarked: in strict mode, *recovering*.
+//!    Otherwise it waits (for at most half the connect timeout) until every
+//!    node's first check has ended, and is *recovering* if any node it read
+//!    carries a marker (the set was in use: this node lost its data, or
+//!    joined it late), and counts if none does (a brand-new set of nodes:
+//!    the quick start does not wait).
+//!
+//! A recovering node counts again by itself once `G` has passed since it
+//! came back and its marker has been written (a task of its connection does
+//! both, then logs it); no rebuild is needed. The time it came back is taken
+//! as the reply's arrival minus its uptime less one second: Redis reports
+//! uptime as a difference of whole-second wall-clock readings, which can
+//! exceed the true uptime by almost a second, so this is never earlier than
+//! the true start, and the grace is never cut short. (Rule 2 likewise asks
+//! for an uptime of `G` plus a second.)
+//!
+//! # Safety argument
+//!
+//! *Assumes*: every client of these nodes uses TTLs of at most `G` (each
+//! client's own longest TTL is covered by itself; longer TTLs of *other*
+//! clients need `restart_grace` set); clocks run at rates within the drift
+//! factor, and a node's wall clock does not step forward (which would also
+//! expire its keys early, and inflate its uptime); a node loses keys only by restarting (not by `FLUSHALL`, eviction
+//! or failover); a node judged durable keeps every acknowledged write.
+//!
+//! *Claim*: a counted grant for lock `B` is never given by a node that lost
+//! the key of a lock `A` still valid. Say node `n` granted `A` at `t_A`
+//! (counted), lost its data by restarting at `R > t_A`, and granted `B` at
+//! `t_B` with `A` still valid, so `t_B < t_A + ttl ≤ R + G`. If `B`'s client
+//! knew `n`'s old incarnation, the `run_id` changed (rule 3) and `n` counts
+//! only from `R + G`. If it first met `n` after `R`: `n` is younger than `G`
+//! (rule 2 does not apply), not durable, and has no marker of its own (rules
+//! 4 and 5: the restart lost it, or a snapshot kept an old `run_id`); rule 6
+//! counts it only if no node `B`'s client read carries a marker. But every
+//! node whose vote ever counted carries one (it is written before the vote
+//! counts), so `A`'s quorum was marked, and any node of it that kept its
+//! data still is. Hence `B`'s client counts `n` only if every node of `A`'s
+//! quorum that kept its data was unreachable at its first contact, or all of
+//! them lost theirs. Two holders at once therefore need, besides the
+//! restart, one of these **limits**, which strict mode (or durable nodes)
+//! closes:
+//! - a client that first meets the nodes while every node that remembers
+//!   them is down or emptied cannot tell a restarted node from a new one;
+//! - with **one node** there is no other node to remember: a client that
+//!   never met it before counts it, so only strict mode or persistence
+//!   protects the single-node lock against a restart.
+//!
+//! When nodes disagree (one recovering, others not), each node's standing
+//! only removes its own vote: the quorum is still a majority of *all*
+//! nodes, so a lock needs a quorum of nodes that count.
+//!
+//! # Timing
+//!
+//! The first call of a client waits until every node's first check has ended
+//! (each is bounded by the connect timeout), or until the caller's acquire
+//! deadline. Checks run as tasks of their own, so a caller that stops
+//! waiting does not cut them short; a check whose task is dropped (its
+//! runtime shut down) leaves its node unchecked, and the next lock call
+//! checks it again.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::{RedisError, RedisResult, Value};
+use tokio::sync::Notify;
+
+use crate::error::{NodeError, NodeErrorKind};
+use crate::quorum;
+
+/// What follows the key prefix in the key of a node's marker, which holds
+/// the `run_id` of the node's incarnation that quorlock clients judged to
+/// count (see the module docs). A resource whose key would be the marker's
+/// is refused.
+pub const MARKER_SUFFIX: &str = "quorlock-node";
+
+/// How long a recovering node's marker write waits before it tries again
+/// after a failure.
+const MARKER_RETRY: Duration = Duration::from_secs(1);
+
+/// Why a node's votes do not count toward a quorum now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NotCounted {
+    /// No connection to the node has passed its check yet: no connection
+    /// (the reason), or the check is under way.
+    Unchecked {
+        /// Why not, in words.
+        reason: String,
+    },
+    /// The node's last call timed out and it has not answered a probe since.
+    /// It is not asked; it is probed in the background and asked again once
+    /// it answers.
+    Unresponsive {
+        /// The per-node timeout it missed.
+        timeout: Duration,
+    },
+    /// The node restarted and may have lost keys (its data is not durable):
+    /// it is asked, but its grants do not count until the restart grace has
+    /// passed since it came back.
+    Recovering {
+        /// The `run_id` of the incarnation that came back.
+        run_id: String,
+        /// The `run_id` this client (or its marker) knew before, if any.
+        previous_run_id: Option<String>,
+        /// Why it is taken to have restarted, in words.
+        why: String,
+        /// How long until it counts again (zero: due, its marker being written).
+        counts_in: Duration,
+    },
+}
+
+impl NotCounted {
+    /// Whether the node is recovering from a restart.
+    pub fn is_recovering(&self) -> bool {
+        matches!(self, NotCounted::Recovering { .. })
+    }
+}
+
+impl fmt::Display for NotCounted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NotCounted::Unchecked { reason } => write!(f, "not checked yet ({reason})"),
+            NotCounted::Unresponsive { timeout } => write!(
+                f,
+                "skipped: no answer within {timeout:?} last time, not answered a probe since"
+            ),
+            NotCounted::Recovering {
+                run_id,
+                previous_run_id,
+                why,
+                counts_in,
+            } => {
+                write!(f, "recovering from a restart ({why}; run_id ")?;
+                if let Some(previous) = previous_run_id {
+                    write!(f, "{} -> ", short(previous))?;
+                }
+                write!(
+                    f,
+                    "{}): counts again in {:.1} s",
+                    short(run_id),
+                    counts_in.as_secs_f64()
+                )
+            }
+        }
+    }
+}
+
+/// The first characters of a `run_id`, enough to tell incarnations apart.
+fn short(run_id: &str) -> &str {
+    run_id.get(..8).unwrap_or(run_id)
+}
+
+/// The restart options of a client (see [`RedlockBuilder::restart_grace`](crate::RedlockBuilder::restart_grace)).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RestartPolicy {
+    /// Zero: restarts are not tracked.
+    pub(crate) grace: Duration,
+    pub(crate) trust_durable: bool,
+    pub(crate) strict: bool,
+    pub(crate) drift_factor: f64,
+}
+
+/// What one check of a node read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Identity {
+    /// The server's `run_id`: two nodes with one run_id are one server.
+    pub(crate) run_id: Option<String>,
+    /// The first element of `ROLE`: `master`, `slave` or `sentinel`.
+    pub(crate) role: Option<String>,
+    /// `uptime_in_seconds`.
+    pub(crate) uptime: Option<Duration>,
+    /// `appendonly yes` with `appendfsync always` (false when unknown).
+    pub(crate) durable: bool,
+    /// The marker's value, if the node has one.
+    pub(crate) marker: Option<String>,
+    /// The check commands the node refused, each with its reply (`ROLE: ERR
+    /// unknown command…`, a renamed command; `NOPERM …`, an ACL user).
+    pub(crate) refused: Vec<String>,
+}
+
+const COUNTS: u8 = 0;
+const UNCHECKED: u8 = 1;
+const RECOVERING: u8 = 2;
+
+/// A recovering node's restart.
+#[derive(Debug, Clone)]
+struct Recovery {
+    run_id: String,
+    previous_run_id: Option<String>,
+    why: &'static str,
+    /// When it came back, on this client's clock (never before the truth).
+    came_back: Instant,
+}
+
+/// One node's standing.
+#[derive(Debug)]
+struct Slot {
+    /// [`COUNTS`], [`UNCHECKED`] or [`RECOVERING`]: read by every round.
+    state: AtomicU8,
+    /// A call timed out and the probe started then has not had an answer.
+    skipped: AtomicBool,
+    /// The per-node timeout, for the unresponsive reason.
+    detail: Mutex<Detail>,
+}
+
+#[derive(Debug, Default)]
+struct Detail {
+    /// The last check's answers.
+    identity: Option<Identity>,
+    /// The first check ended: the connection it made is ready, or it failed.
+    attempted: bool,
+    /// A check has read the node, or a connection to it failed: what the
+    /// rule for young unmarked nodes waits for.
+    heard: bool,
+    /// A first check runs as a task (see [`Standings::ensure`]).
+    checking: bool,
+    /// Why the last connection attempt failed, if it did.
+    failure: Option<NodeErrorKind>,
+    recovery: Option<Recovery>,
+    /// Bumped by each check, so that a stale recovery task stands down.
+    generation: u64,
+}
+
+/// How long a node that reported `uptime_in_seconds` surely has been up.
+/// Redis computes it as the difference of two whole-second wall-clock
+/// readings (`server.unixtime - server.stat_starttime`), so a server started
+/// at 12.9 s reports 1 at 13.1 s: the true uptime is more than the reported
+/// one less a second, and may be less than the reported one.
+fn surely_up_for(uptime: Duration) -> Duration {
+    uptime.saturating_sub(Duration::from_secs(1))
+}
+
+/// When a node that reported `uptime` in a reply read at `read_at` came
+/// back, at the latest: the true start is earlier (see [`surely_up_for`]),
+/// so a grace counted from here is never cut short.
+fn came_back(read_at: Instant, uptime: Duration) -> Instant {
+    read_at
+        .checked_sub(surely_up_for(uptime))
+        .unwrap_or(read_at)
+}
+
+/// Why [`Standings::ensure`] did not let a lock call go on.
+#[derive(Debug)]
+pub(crate) enum NotReady {
+    /// The nodes are misconfigured: locking is refused.
+    Misconfigured(String),
+    /// The caller's deadline passed before every node's first check ended;
+    /// the nodes not yet checked, with why.
+    DeadlinePassed(Vec<NodeError>),
+}
+
+/// The standing of every node of a client, and what its checks need.
+#[derive(Debug)]
+pub(crate) struct Standings {
+    slots: Vec<Slot>,
+    names: Vec<Arc<str>>,
+    /// Notified whenever a first check ends.
+    ended: Notify,
+    all_attempted: AtomicBool,
+    all_heard: AtomicBool,
+    misconfigured: OnceLock<String>,
+    policy: RestartPolicy,
+    /// The longest TTL (ms) this client has used.
+    longest_ttl_ms: AtomicU64,
+    marker_key: Arc<[u8]>,
+    /// The scripts loaded on each node with its check.
+    scripts: &'static [&'static str],
+    node_timeout: Duration,
+    connect_timeout: Duration,
+    me: Weak<Standings>,
+}
+
+impl Standings {
+    pub(crate) fn new(
+        names: Vec<Arc<str>>,
+        policy: RestartPolicy,
+        key_prefix: &[u8],
+        scripts: &'static [&'static str],
+        node_timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Arc<Self> {
+        let mut marker_key = key_prefix.to_vec();
+        marker_key.extend_from_slice(MARKER_SUFFIX.as_bytes());
+        Arc::new_cyclic(|me| Standings {
+            slots: names
+                .iter()
+                .map(|_| Slot {
+                    state: AtomicU8::new(UNCHECKED),
+                    skipped: AtomicBool::new(false),
+                    detail: Mutex::new(Detail::default()),
+                })
+                .collect(),
+            names,
+            ended: Notify::new(),
+            all_attempted: AtomicBool::new(false),
+            all_heard: AtomicBool::new(false),
+            misconfigured: OnceLock::new(),
+            policy,
+            longest_ttl_ms: AtomicU64::new(0),
+            marker_key: marker_key.into(),
+            scripts,
+            node_timeout,
+            connect_timeout,
+            me: me.clone(),
+        })
+    }
+
+    /// Node `index`'s name (`host:port`).
+    pub(crate) fn name(&self, index: usize) -> &str {
+        &self.names[index]
+    }
+
+    /// Notes a TTL this client uses: the grace covers the longest.
+    pub(crate) fn note_ttl(&self, ttl_ms: u64) {
+        self.longest_ttl_ms.fetch_max(ttl_ms, Ordering::Relaxed);
+    }
+
+    /// `G`: the restart grace, at least the longest TTL this client has
+    /// used, plus the drift allowance on it. Zero: protection off.
+    fn grace(&self) -> Duration {
+        if self.policy.grace.is_zero() {
+            return Duration::ZERO;
+        }
+        let longest = Duration::from_millis(self.longest_ttl_ms.load(Ordering::Relaxed));
+        let grace = self.policy.grace.max(longest);
+        grace.saturating_add(quorum::drift(grace, self.policy.drift_factor))
+    }
+
+    fn detail(&self, index: usize) -> std::sync::MutexGuard<'_, Detail> {
+        // Every update is a few assignments that cannot panic halfway:
+        // poisoning is ignored.
+        self.slots[index]
+            .detail
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether node `index`'s grants count now: `Ok`, or the error that says
+    /// why not. The usual case is one atomic load.
+    pub(crate) fn vote_counts(&self, index: usize) -> Result<(), NodeError> {
+        match self.not_counted(index) {
+            None => Ok(()),
+            Some(reason) => Err(NodeError::new(
+                self.names[index].clone(),
+                NodeErrorKind::NotCounted(Arc::new(reason)),
+            )),
+        }
+    }
+
+    /// Why node `index`'s votes do not count now, if they do not.
+    pub(crate) fn not_counted(&self, index: usize) -> Option<NotCounted> {
+        let slot = &self.slots[index];
+        if slot.skipped.load(Ordering::Acquire) {
+            return Some(NotCounted::Unresponsive {
+                timeout: self.node_timeout,
+            });
+        }
+        if slot.state.load(Ordering::Acquire) == COUNTS {
+            return None;
+        }
+        let detail = self.detail(index);
+        // Read again under the lock: a check may have just ended.
+        match slot.state.load(Ordering::Acquire) {
+            COUNTS => None,
+            RECOVERING => detail.recovery.as_ref().map(|recovery| {
+                let ends = recovery.came_back + self.grace();
+                NotCounted::Recovering {
+                    run_id: recovery.run_id.clone(),
+                    previous_run_id: recovery.previous_run_id.clone(),
+                    why: recovery.why.to_owned(),
+                    counts_in: ends.saturating_duration_since(Instant::now()),
+                }
+            }),
+            _ => Some(NotCounted::Unchecked {
+                reason: match &detail.failure {
+                    Some(failure) => failure.to_string(),
+                    None if detail.checking => "its check is under way".to_owned(),
+                    None => "no check has ended yet".to_owned(),
+                },
+            }),
+        }
+    }
+
+    /// Whether node `index` is skipped (unresponsive): its votes are not asked.
+    pub(crate) fn is_skipped(&self, index: usize) -> bool {
+        self.slots[index].skipped.load(Ordering::Acquire)
+    }
+
+    /// Marks node `index` skipped; `false` if it already was (a probe is
+    /// on its way).
+    pub(crate) fn skip(&self, index: usize) -> bool {
+        !self.slots[index].skipped.swap(true, Ordering::AcqRel)
+    }
+
+    /// Ends the skipping of node `index` (its probe ended).
+    pub(crate) fn unskip(&self, index: usize) {
+        self.slots[index].skipped.store(false, Ordering::Release);
+    }
+
+    /// Checks a new connection to node `index` before any call uses it (see
+    /// the module docs): reads, judges, and writes the marker of a node
+    /// that counts. Only a failure to get any answer is an error: the
+    /// connection is then not used.
+    pub(crate) async fn check(
+        &self,
+        index: usize,
+        mut connection: MultiplexedConnection,
+    ) -> Result<(), NodeErrorKind> {
+        let started = Instant::now();
+        let identity = match read_identity(&mut connection, &self.marker_key, self.scripts).await {
+            Ok(identity) => identity,
+            Err(err) => {
+                let failure = NodeErrorKind::Redis(Arc::new(err));
+                self.record_failure(index, failure.clone());
+                return Err(failure);
+            }
+        };
+        let read_at = Instant::now();
+        let name = &self.names[index];
+        for refusal in &identity.refused {
+            tracing::warn!(
+                node = %name,
+                %refusal,
+                "node check: the node refused a check command; it counts, but it is not \
+                 checked for being a duplicate, a replica or restarted"
+            );
+        }
+        let known = self.record_read(index, &identity);
+        let came_back = identity.uptime.map(|uptime| came_back(read_at, uptime));
+        let verdict = self
+            .judge(index, &identity, known.as_deref(), started)
+            .await;
+        let run_id = identity.run_id.clone().unwrap_or_default();
+        match verdict {
+            Verdict::Counts => {
+                if identity.marker.as_deref() != identity.run_id.as_deref() && !run_id.is_empty() {
+                    write_marker(&mut connection, &self.marker_key, &run_id, name).await?;
+                }
+                self.settle(index, None, None);
+            }
+            Verdict::Recovering { why } => {
+                let recovery = Recovery {
+                    run_id,
+                    previous_run_id: known.or_else(|| identity.marker.clone()),
+                    why,
+                    came_back: came_back.unwrap_or(read_at),
+                };
+                let generation = self.settle(index, Some(recovery.clone()), None);
+                let grace_left =
+                    (recovery.came_back + self.grace()).saturating_duration_since(Instant::now());
+                tracing::warn!(
+                    node = %name,
+                    run_id = %recovery.run_id,
+                    previous_run_id = recovery.previous_run_id.as_deref().unwrap_or("unknown"),
+                    why,
+                    grace_left_ms = u64::try_from(grace_left.as_millis()).unwrap_or(u64::MAX),
+                    "node recovering from a restart: its grants do not count until the grace has passed"
+                );
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(end_recovery(
+                        self.me.clone(),
+                        index,
+                        generation,
+                        connection,
+                        recovery,
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a check's read; returns the `run_id` this client knew before.
+    fn record_read(&self, index: usize, identity: &Identity) -> Option<String> {
+        let known = {
+            let mut detail = self.detail(index);
+            let known = detail.identity.as_ref().and_then(|old| old.run_id.clone());
+            detail.identity = Some(identity.clone());
+            detail.failure = None;
+            known
+        };
+        self.heard(index);
+        let reason = {
+            let identities: Vec<Option<Identity>> = (0..self.slots.len())
+                .map(|i| self.detail(i).identity.clone())
+                .collect();
+            misconfiguration(&self.names, &identities)
+        };
+        if let Some(reason) = reason
+            && self.misconfigured.set(reason.clone()).is_ok()
+        {
+            tracing::error!(%reason, "misconfigured lock nodes: locking is refused");
+        }
+        known
+    }
+
+    /// Records a failed connection attempt (or check) of node `index`.
+    pub(crate) fn record_failure(&self, index: usize, failure: NodeErrorKind) {
+        let first = {
+            let mut detail = self.detail(index);
+            detail.failure = Some(failure.clone());
+            !detail.heard
+        };
+        // Warned once; a node that stays down is tried again at each call.
+        if first {
+            tracing::warn!(
+                node = %self.names[index],
+                error = %failure,
+                "node check failed: the node's grants do not count until it is checked"
+            );
+        }
+        self.heard(index);
+    }
+
+    /// A check of node `index` read it, or connecting to it failed.
+    fn heard(&self, index: usize) {
+        let newly = !std::mem::replace(&mut self.detail(index).heard, true);
+        if newly {
+            if (0..self.slots.len()).all(|i| self.detail(i).heard) {
+                self.all_heard.store(true, Ordering::Release);
+            }
+            self.ended.notify_waiters();
+        }
+    }
+
+    /// Node `index`'s first check ended: its connection is ready (or failed).
+    fn first_check_ended(&self, index: usize) {
+        let newly = !std::mem::replace(&mut self.detail(index).attempted, true);
+        if newly {
+            if (0..self.slots.len()).all(|i| self.detail(i).attempted) {
+                self.all_attempted.store(true, Ordering::Release);
+            }
+            self.ended.notify_waiters();
+        }
+    }
+
+    /// Stores a verdict, as a new check (`generation` `None`) or as the end
+    /// of the recovery of check `generation` (ignored if a newer check
+    /// replaced it); returns the generation. A node that leaves recovery is
+    /// logged here.
+    fn settle(&self, index: usize, recovery: Option<Recovery>, generation: Option<u64>) -> u64 {
+        let mut detail = self.detail(index);
+        match generation {
+            Some(generation) if generation != detail.generation => return detail.generation,
+            Some(_) => {}
+            None => detail.generation += 1,
+        }
+        let state = if recovery.is_some() {
+            RECOVERING
+        } else {
+            COUNTS
+        };
+        let left = match (&detail.recovery, &recovery) {
+            (Some(old), None) => Some(old.run_id.clone()),
+            _ => None,
+        };
+        detail.recovery = recovery;
+        self.slots[index].state.store(state, Ordering::Release);
+        if let Some(run_id) = left {
+            tracing::warn!(
+                node = %self.names[index],
+                %run_id,
+                "node recovered: the restart grace has passed; its grants count again"
+            );
+        }
+        detail.generation
+    }
+
+    /// The judgment of the module docs, rules 1 to 6.
+    async fn judge(
+        &self,
+        index: usize,
+        identity: &Identity,
+        known: Option<&str>,
+        started: Instant,
+    ) -> Verdict {
+        let grace = self.grace();
+        let (Some(run_id), Some(uptime)) = (&identity.run_id, identity.uptime) else {
+            return Verdict::Counts; // INFO refused: no restart can be seen
+        };
+        if grace.is_zero()
+            || (identity.durable && self.policy.trust_durable)
+            || surely_up_for(uptime) >= grace
+        {
+            return Verdict::Counts;
+        }
+        // Still recovering from a restart this client saw: the same
+        // incarnation, on a new connection.
+        if known == Some(run_id.as_str()) {
+            let detail = self.detail(index);
+            return match &detail.recovery {
+                Some(recovery) if recovery.run_id == *run_id => {
+                    Verdict::Recovering { why: recovery.why }
+                }
+                _ => Verdict::Counts,
+            };
+        }
+        if known.is_some() {
+            return Verdict::Recovering {
+                why: "its run_id changed while this client knew it",
+            };
+        }
+        match identity.marker.as_deref() {
+            Some(marker) if marker == run_id => return Verdict::Counts,
+            Some(_) => {
+                return Verdict::Recovering {
+                    why: "its marker names an earlier run_id: restarted since it was marked",
+                };
+            }
+            None => {}
+        }
+        if self.policy.strict {
+            return Verdict::Recovering {
+                why: "young and unmarked at first contact (strict mode)",
+            };
+        }
+        self.wait_for_first_reads(started + self.connect_timeout / 2)
+            .await;
+        let marked_peer = (0..self.slots.len()).filter(|&i| i != index).any(|i| {
+            self.detail(i)
+                .identity
+                .as_ref()
+                .is_some_and(|peer| peer.marker.is_some())
+        });
+        if marked_peer {
+            Verdict::Recovering {
+                why: "young and unmarked while other nodes are marked: it lost its data",
+            }
+        } else {
+            Verdict::Counts
+        }
+    }
+
+    /// Waits until every node's first check ended, or until `deadline`.
+    async fn wait_for_first_reads(&self, deadline: Instant) {
+        loop {
+            let ended = self.ended.notified();
+            let mut ended = std::pin::pin!(ended);
+            ended.as_mut().enable();
+            if self.all_heard.load(Ordering::Acquire) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline.into(), ended)
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Starts a first check of every node whose first check has not ended,
+    /// then waits until each has ended (at once after the first call), or
+    /// until `deadline`. `connect(index)` connects to node `index`, which
+    /// checks it; it runs as a task, so the checks go on without the caller.
+    ///
+    /// Cancel safe: the checks go on without the caller.
+    pub(crate) async fn ensure<F, Fut>(
+        &self,
+        connect: F,
+        deadline: Option<Instant>,
+    ) -> Result<(), NotReady>
+    where
+        F: Fn(usize) -> Fut,
+        Fut: std::future::Future<Output = Result<(), NodeErrorKind>> + Send + 'static,
+    {
+        if !self.all_attempted.load(Ordering::Acquire) {
+            loop {
+                let ended = self.ended.notified();
+                let mut ended = std::pin::pin!(ended);
+                ended.as_mut().enable();
+                // Again on every wake-up: a check whose runtime ended left
+                // its node unchecked.
+                self.start_first_checks(&connect);
+                if self.all_attempted.load(Ordering::Acquire) {
+                    break;
+                }
+                match deadline {
+                    Some(deadline) => {
+                        if tokio::time::timeout_at(deadline.into(), ended)
+                            .await
+                            .is_err()
+                        {
+                            return Err(NotReady::DeadlinePassed(self.unchecked()));
+                        }
+                    }
+                    None => ended.await,
+                }
+            }
+        }
+        match self.misconfigured.get() {
+            Some(reason) => Err(NotReady::Misconfigured(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Starts, as tasks of the current runtime, a first check of each node
+    /// whose first check has not ended and is not running.
+    pub(crate) fn start_first_checks<F, Fut>(&self, connect: &F)
+    where
+        F: Fn(usize) -> Fut,
+        Fut: std::future::Future<Output = Result<(), NodeErrorKind>> + Send + 'static,
+    {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        for index in 0..self.slots.len() {
+            {
+                let mut detail = self.detail(index);
+                if detail.attempted || detail.checking {
+                    continue;
+                }
+                detail.checking = true;
+            }
+            let under_way = CheckUnderWay {
+                standings: self.me.clone(),
+                index,
+            };
+            let connecting = connect(index);
+            runtime.spawn(async move {
+                let under_way = under_way;
+                let outcome = connecting.await;
+                if let Some(standings) = under_way.standings.upgrade() {
+                    if let Err(failure) = outcome {
+                        standings.record_failure(under_way.index, failure);
+                    }
+                    standings.first_check_ended(under_way.index);
+                }
+            });
+        }
+    }
+
+    /// The nodes whose first check has not ended, each with why.
+    fn unchecked(&self) -> Vec<NodeError> {
+        (0..self.slots.len())
+            .filter(|&i| !self.detail(i).attempted)
+            .filter_map(|i| self.vote_counts(i).err())
+            .collect()
+    }
+}
+
+/// A first check running as a task; when it ends, however it ends, its node
+/// is no longer "being checked" (a dropped task leaves it to the next call).
+struct CheckUnderWay {
+    standings: Weak<Standings>,
+    index: usize,
+}
+
+impl Drop for CheckUnderWay {
+    fn drop(&mut self) {
+        if let Some(standings) = self.standings.upgrade() {
+            standings.detail(self.index).checking = false;
+            standings.ended.notify_waiters();
+        }
+    }
+}
+
+/// A check's verdict.
+enum Verdict {
+    Counts,
+    Recovering { why: &'static str },
+}
+
+/// A recovering node's end of recovery, as a task of its connection: once
+/// the grace has passed since it came back, writes its marker and lets its
+/// votes count, unless a newer check replaced this one. A connection that
+/// fails ends the task; the next connection's check judges the node again.
+async fn end_recovery(
+    standings: Weak<Standings>,
+    index: usize,
+    generation: u64,
+    mut connection: MultiplexedConnection,
+    recovery: Recovery,
+) {
+    loop {
+        // The grace grows with the longest TTL used: read it each time.
+        let Some(ends) = standings
+            .upgrade()
+            .map(|standings| recovery.came_back + standings.grace())
+        else {
+            return;
+        };
+        if Instant::now() < ends {
+            tokio::time::sleep_until(ends.into()).await;
+            continue;
+        }
+        let Some(standings) = standings.upgrade() else {
+            return;
+        };
+        if standings.detail(index).generation != generation {
+            return;
+        }
+        let name = standings.names[index].clone();
+        let written = tokio::time::timeout(
+            standings.connect_timeout,
+            write_marker(
+                &mut connection,
+                &standings.marker_key,
+                &recovery.run_id,
+                &name,
+            ),
+        )
+        .await;
+        match written {
+            Ok(Ok(())) => {
+                standings.settle(index, None, Some(generation));
+                return;
+            }
+            Ok(Err(NodeErrorKind::Redis(err))) if connection_gone(&err) => return,
+            _ => {}
+        }
+        drop(standings);
+        tokio::time::sleep(MARKER_RETRY).await;
+    }
+}
+
+fn connection_gone(err: &RedisError) -> bool {
+    crate::connection::is_broken(err)
+}
+
+/// `SET marker run_id`. A node that refuses it (an ACL) is left unmarked,
+/// with a warning: it still counts.
+async fn write_marker(
+    connection: &mut MultiplexedConnection,
+    marker_key: &[u8],
+    run_id: &str,
+    name: &str,
+) -> Result<(), NodeErrorKind> {
+    match redis::cmd("SET")
+        .arg(marker_key)
+        .arg(run_id)
+        .query_async::<Value>(connection)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(err) if err.code().is_some() => {
+            tracing::warn!(
+                node = %name,
+                error = %err,
+                "node check: the node refused the marker write; it counts, but a client \
+                 meeting it later cannot tell a restart of another node from a new one"
+            );
+            Ok(())
+        }
+        Err(err) => Err(NodeErrorKind::Redis(Arc::new(err))),
+    }
+}
+
+/// The check's round trip: `INFO server`, `ROLE`, `CONFIG GET` of the
+/// persistence settings, `GET` of the marker and the `SCRIPT LOAD` of
+/// `scripts`. A command the node refuses leaves that part unknown (a
+/// refused `INFO` or `ROLE` is listed in [`Identity::refused`]; a refused
+/// `SCRIPT LOAD` only costs the `NOSCRIPT` fallback later); only a failure
+/// to get any answer is an error.
+async fn read_identity(
+    connection: &mut MultiplexedConnection,
+    marker_key: &[u8],
+    scripts: &'static [&'static str],
+) -> Result<Identity, RedisError> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors()
+        .cmd("INFO")
+        .arg("server")
+        .cmd("ROLE")
+        .cmd("CONFIG")
+        .arg("GET")
+        .arg("appendonly")
+        .cmd("CONFIG")
+        .arg("GET")
+        .arg("appendfsync")
+        .cmd("GET")
+        .arg(marker_key);
+    for code in scripts {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(*code);
+    }
+    let mut answers = pipe
+        .query_async::<Vec<RedisResult<Value>>>(connection)
+        .await?
+        .into_iter();
+    let mut identity = Identity::default();
+    match answers.next() {
+        Some(Ok(info)) => {
+            let info = redis::from_redis_value::<String>(info).unwrap_or_default();
+            let field = |name: &str| {
+                info.lines()
+                    .find_map(|line| line.strip_prefix(name))
+                    .map(|value| value.trim().to_owned())
+            };
+            identity.run_id = field("run_id:");
+            identity.uptime = field("uptime_in_seconds:")
+                .and_then(|secs| secs.parse::<u64>().ok())
+                .map(Duration::from_secs);
+        }
+        Some(Err(err)) => refusal(&mut identity.refused, "INFO server", &err),
+        None => {}
+    }
+    match answers.next() {
+        Some(Ok(Value::Array(role))) => {
+            identity.role = match role.first() {
+                Some(Value::BulkString(bytes)) => Some(String::from_utf8_lossy(bytes).into_owned()),
+                Some(Value::SimpleString(text)) => Some(text.clone()),
+                _ => None,
+            };
+        }
+        Some(Ok(_)) | None => {}
+        Some(Err(err)) => refusal(&mut identity.refused, "ROLE", &err),
+    }
+    let appendonly = config_value(answers.next());
+    let appendfsync = config_value(answers.next());
+    identity.durable =
+        appendonly.as_deref() == Some("yes") && appendfsync.as_deref() == Some("always");
+    identity.marker = match answers.next() {
+        Some(Ok(Value::BulkString(bytes))) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+        _ => None,
+    };
+    for loaded in answers {
+        if let Err(err) = loaded {
+            tracing::debug!(error = %err, "SCRIPT LOAD refused: scripts load on first use");
+        }
+    }
+    Ok(identity)
+}
+
+/// The value of a one-parameter `CONFIG GET` (RESP2 array or RESP3 map).
+fn config_value(answer: Option<RedisResult<Value>>) -> Option<String> {
+    let text = |value: &Value| match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    };
+    match answer? {
+        Ok(Value::Array(items)) => items.get(1).and_then(text),
+        Ok(Value::Map(pairs)) => pairs.first().and_then(|(_, value)| text(value)),
+        Ok(_) => None,
+        Err(err) => {
+            tracing::debug!(error = %err, "CONFIG GET refused: the node is taken as not durable");
+            None
+        }
+    }
+}
+
+/// Notes a check command the node refused, with its reply.
+fn refusal(refused: &mut Vec<String>, command: &str, err: &RedisError) {
+    let reply = match (err.code(), err.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => err.to_string(),
+    };
+    refused.push(format!("{command}: {reply}"));
+}
+
+/// The first misconfiguration among the nodes' last checks, in words.
+fn misconfiguration(names: &[Arc<str>], identities: &[Option<Identity>]) -> Option<String> {
+    let known: Vec<(usize, &Identity)> = identities
+        .iter()
+        .enumerate()
+        .filter_map(|(index, identity)| identity.as_ref().map(|identity| (index, identity)))
+        .collect();
+    for &(index, identity) in &known {
+        if let Some(role) = identity.role.as_deref().filter(|role| *role != "master") {
+            return Some(format!(
+                "node {} is a {role} (ROLE), not an independent master",
+                names[index]
+            ));
+        }
+    }
+    for (position, &(index, identity)) in known.iter().enumerate() {
+        let Some(run_id) = &identity.run_id else {
+            continue;
+        };
+        if let Some(&(other, _)) = known[position + 1..]
+            .iter()
+            .find(|(_, other)| other.run_id.as_ref() == Some(run_id))
+        {
+            return Some(format!(
+                "nodes {} and {} are the same server (one run_id): its vote would count twice",
+                names[index], names[other]
+            ));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    /// The chaos run's finding: a server 0.2 s old can report an uptime of
+    /// 1 s; the grace must still run from no earlier than its true start.
+    #[test]
+    fn a_reported_uptime_may_exceed_the_true_one_by_almost_a_second() {
+        let read_at = Instant::now() + Duration::from_secs(10);
+        let true_start = read_at - Duration::from_millis(200);
+        let reported = SECOND; // unixtime 13 - starttime 12
+        assert!(came_back(read_at, reported) >= true_start);
+        assert_eq!(came_back(read_at, Duration::ZERO), read_at);
+        assert_eq!(came_back(read_at, 5 * SECOND), read_at - 4 * SECOND);
+        assert_eq!(surely_up_for(Duration::ZERO), Duration::ZERO);
+        assert_eq!(surely_up_for(61 * SECOND), 60 * SECOND);
+    }
+}
