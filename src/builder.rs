@@ -20,7 +20,7 @@ pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
 pub const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(100);
 /// Default bound on each call to one node.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
-/// Default bound on connecting to one node and on its first-contact check.
+/// Default bound on connecting to one node, including its check.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default clock-drift factor: 1% of the TTL (plus 2 ms).
 pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
@@ -239,8 +239,9 @@ impl RedlockBuilder {
     }
 
     /// The bound on connecting to one node (TCP, TLS, `AUTH`, the connection's
-    /// setup commands) and on its first-contact check (`INFO`, `ROLE`), which
-    /// a client makes before its first lock. Separate from the
+    /// setup commands) including its check (`INFO`, `ROLE`, `CONFIG GET`,
+    /// the marker: see the crate docs), which every new connection passes
+    /// before any call uses it. Separate from the
     /// [`node_timeout`](Self::node_timeout), because connecting takes several
     /// round trips: over a 30 ms link, a fresh client could never connect
     /// within a 50 ms call bound. A call made while its node is still

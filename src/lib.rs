@@ -20,8 +20,10 @@
 //!   [`Votes`]; `round.rs`: one parallel round to all nodes; `node.rs`: one
 //!   node's calls, each bounded, and the probe of a node that timed out;
 //!   `connection.rs`: one node's connection (the connect timeout, reconnects);
-//!   `scripts.rs`: the Lua; `contact.rs`: the first-contact checks (the same
-//!   server listed twice, replicas) and which nodes' grants count;
+//!   `scripts.rs`: the Lua; `standing.rs`: whose votes count ([`NotCounted`]:
+//!   unchecked, unresponsive, recovering from a restart), the check every
+//!   connection passes (the same server listed twice, replicas, restarts),
+//!   with the restart safety argument;
 //!   `queue.rs`: the queue of waiters on the nodes, which serves `lock`
 //!   callers of every client in about the order they came (fairness across
 //!   processes), with its safety argument; `notify.rs`: the handoff
@@ -103,19 +105,35 @@
 //! Release and extension are Lua scripts that act only while the key holds our
 //! token, run on every node. A failed extension never deletes the lock.
 //!
-//! Before a client's first lock, every node is asked for its `run_id` and
-//! `ROLE` (bounded by the [connect timeout](RedlockBuilder::connect_timeout)):
-//! the same server listed twice, or a replica, is refused with
-//! [`Error::Misconfigured`]. Until a node has answered that check its grants
-//! do not count; a node that answers but refuses the commands counts, with a
-//! warning (see `contact.rs` for the policy and why).
+//! Every connection to a node is checked before any call uses it (its
+//! `run_id`, uptime, `ROLE`, persistence settings and marker, within the
+//! [connect timeout](RedlockBuilder::connect_timeout)): the same server
+//! listed twice, or a replica, is refused with [`Error::Misconfigured`]; a
+//! node that answers but refuses the commands counts, with a warning (see
+//! `standing.rs` for the policy and why).
+//!
+//! ## Restarts
+//!
+//! A node restarted without persistence comes back empty and would grant a
+//! lock a quorum still holds. quorlock holds such a node back: one whose
+//! `run_id` changed while the client knew it, whose marker names an earlier
+//! `run_id`, or which is young and unmarked beside marked nodes, is
+//! *recovering*, unless its data is durable (`appendonly yes` with
+//! `appendfsync always`). It is asked for its vote, but its grant does not
+//! count until the [restart grace](RedlockBuilder::restart_grace) (60 s,
+//! and at least the client's longest TTL) has passed since it came back;
+//! then it counts again by itself. A brand-new set of nodes counts at once.
+//! [`RedlockBuilder::strict_restarts`] also holds back nodes young at first
+//! contact; `restart_grace(Duration::ZERO)` switches the protection off. The
+//! safety argument, its assumptions and its two gaps are in `standing.rs`.
 //!
 //! ## Guarantees
 //!
 //! - **Mutual exclusion while valid**: two guards for one resource are never
 //!   valid at once, provided the nodes are independent masters, keep their
-//!   keys for their TTL (see "restarts" below), and the clocks of the nodes
-//!   and the client run at rates that differ by less than the drift factor.
+//!   keys for their TTL or restart as "restarts" above says, and the clocks
+//!   of the nodes and the client run at rates that differ by less than the
+//!   drift factor.
 //! - **Liveness with a majority**: locks can be taken while a majority of
 //!   nodes answers; keys expire by TTL, so a crashed holder blocks no one for
 //!   longer than its TTL.
@@ -136,10 +154,13 @@
 //!   then writes is no longer protected; nothing in a lease can stop that.
 //!   Use [fencing tokens](#fencing-tokens) where the protected store can
 //!   check them.
-//! - **Node restarts without persistence**: a node that restarts empty can
-//!   grant a lock that a quorum still holds elsewhere. Keep restarted nodes
-//!   down for at least the longest TTL (delayed restart), or run them with
-//!   `appendonly yes` and `appendfsync always`.
+//! - **Node restarts without persistence** are held back (see "restarts"
+//!   above) as long as every client's TTL is within the restart grace. What
+//!   the default cannot see: a client that first meets the nodes while every
+//!   node that remembers them is down or emptied, and a single node, which
+//!   no other node remembers. Strict mode, or `appendonly yes` with
+//!   `appendfsync always`, closes both; so does keeping restarted nodes down
+//!   for the longest TTL (delayed restart).
 //! - **Even node counts** work but tolerate no more failures than one node
 //!   fewer; a warning is logged at build.
 //! - **Single node** (one URL): the lock is as available as that node, and a
@@ -182,7 +203,8 @@
 //! that is, as long as counters grow by fewer than one per microsecond and the
 //! nodes' clocks do not step back or differ by more than the time since the
 //! counters were seeded. It also relies on the same rules as the lock itself
-//! (independent masters; a restarted node kept down for a TTL, or persistent).
+//! (independent masters; a restarted node held back for the restart grace,
+//! kept down for a TTL, or persistent).
 //!
 //! **Not covered.** The token protects only a resource that checks it. It
 //! does not order holders of *different* resources, and it says nothing about

@@ -207,9 +207,11 @@ impl Redlock {
     /// [`Error::InvalidResource`], [`Error::InvalidTtl`] before any round;
     /// [`Error::Misconfigured`] from first contact; then, from the last round,
     /// [`Error::Contended`] (held elsewhere), [`Error::Unavailable`] (too few
-    /// nodes answered) or [`Error::NoValidity`] (the round outlasted the
-    /// TTL). With `attempts` 0, no round was made: `Unavailable` when the
-    /// patience ran out during first contact.
+    /// nodes answered, or their grants did not count: a node recovering from
+    /// a restart, say; [`Error::not_counted`] says which and why) or
+    /// [`Error::NoValidity`] (the round outlasted the TTL). With `attempts`
+    /// 0, no round was made: `Unavailable` when the patience ran out during
+    /// first contact.
     ///
     /// # Cancel safety
     ///
@@ -366,7 +368,7 @@ impl Inner {
     /// which takes the lock only when it is free for this waiter and queues
     /// it otherwise (see `queue.rs`); `try_lock` runs `SET NX GET PX`. With
     /// fencing on, either also returns the node's incremented counter.
-    /// Grants of nodes not yet checked at first contact do not count.
+    /// Grants of nodes whose votes do not count (see `standing.rs`) do not count.
     fn start_acquire_round(
         self: &Arc<Self>,
         key: &Arc<[u8]>,

@@ -85,8 +85,9 @@ pub(crate) struct Round {
     /// Whose grants count toward the quorum, read as each grant arrives;
     /// `None`: all count (releases).
     standings: Option<Arc<Standings>>,
-    /// Whether each node's grant counted.
-    counted: Vec<bool>,
+    /// The nodes whose grant did not count (empty, without allocating, in
+    /// the usual case).
+    uncounted: Vec<usize>,
     /// The grants that did not count, each with why.
     pub(crate) not_counted: Vec<NodeError>,
 }
@@ -118,7 +119,7 @@ impl Round {
             pending,
             background: background.clone(),
             standings: None,
-            counted: vec![true; nodes],
+            uncounted: Vec::new(),
             not_counted: Vec::new(),
         }
     }
@@ -176,7 +177,7 @@ impl Round {
                     None | Some(Ok(())) => self.votes.record(Some(true)),
                     Some(Err(not_counted)) => {
                         self.votes.record(None);
-                        self.counted[index] = false;
+                        self.uncounted.push(index);
                         self.last_error = Some(not_counted.clone());
                         self.not_counted.push(not_counted);
                     }
@@ -207,7 +208,9 @@ impl Round {
         self.numbers
             .iter()
             .enumerate()
-            .filter(|(index, _)| self.answers[*index] == Answer::Granted && self.counted[*index])
+            .filter(|(index, _)| {
+                self.answers[*index] == Answer::Granted && !self.uncounted.contains(index)
+            })
             .filter_map(|(_, counter)| *counter)
             .max()
     }

@@ -401,6 +401,35 @@ fn status_is_unknown_while_a_silent_node_could_make_a_quorum() {
     holder.0.kill().unwrap();
 }
 
+/// `status` shows a node that restarted empty as recovering (it does not
+/// count), even from a fresh `quorlock` process that never met it: the other
+/// nodes carry the marker a first `status` wrote.
+#[test]
+fn status_shows_a_restarted_node_as_recovering() {
+    let mut nodes = servers(3);
+    let out = output(quorlock(&nodes).args(["status", "--resource", "cli:restart"]));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("does not count"));
+    nodes[1].restart();
+    let out = output(quorlock(&nodes).args(["status", "--resource", "cli:restart"]));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = text
+        .lines()
+        .find(|line| line.contains(&format!("127.0.0.1:{}", nodes[1].port())))
+        .unwrap_or_else(|| panic!("no line for node 1:\n{text}"));
+    assert!(
+        line.contains("does not count: recovering from a restart"),
+        "{text}"
+    );
+    let out = output(quorlock(&nodes).args([
+        "status",
+        "--resource",
+        "cli:restart",
+        "--restart-grace",
+        "0s",
+    ]));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("does not count"));
+}
+
 /// Kills, when dropped, every process whose pid a `*.pid` file in the
 /// directory names: what a failing test would otherwise leave running.
 struct KillPids(std::path::PathBuf);

@@ -100,6 +100,13 @@ struct NodeArgs {
     /// Prefix put before RESOURCE to form the Redis key.
     #[arg(long, value_name = "PREFIX", default_value = quorlock::DEFAULT_KEY_PREFIX)]
     key_prefix: String,
+    /// How long a node that restarted without durable data does not count (at least the
+    /// TTL; set it to the longest TTL any client of these nodes uses). 0 switches it off.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    restart_grace: Duration,
+    /// Also hold back nodes that are younger than the grace when first met (see the docs).
+    #[arg(long)]
+    strict_restarts: bool,
 }
 
 #[derive(Args, Debug)]
@@ -193,7 +200,9 @@ fn client(
     let builder = Redlock::builder(&nodes.nodes)
         .node_timeout(nodes.node_timeout)
         .connect_timeout(nodes.connect_timeout)
-        .key_prefix(&nodes.key_prefix);
+        .key_prefix(&nodes.key_prefix)
+        .restart_grace(nodes.restart_grace)
+        .strict_restarts(nodes.strict_restarts);
     configure(builder).build().map_err(|err| {
         eprintln!("quorlock: {err}\n\nFor more information, try '--help'.");
         ExitCode::from(EXIT_USAGE)
