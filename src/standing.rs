@@ -59,10 +59,16 @@
 //!    incarnation to count, by these rules): it counts;
 //! 6. first met, young and unmarked: in strict mode, *recovering*.
 //!    Otherwise it waits (for at most half the connect timeout) until every
-//!    node's first check has ended, and is *recovering* if any node it read
-//!    carries a marker (the set was in use: this node lost its data, or
-//!    joined it late), and counts if none does (a brand-new set of nodes:
-//!    the quick start does not wait).
+//!    node's first check has ended, and counts if no node it read carries a
+//!    marker (a brand-new set of nodes: the quick start does not wait). If
+//!    one does (the set was in use: this node lost its data, or joined it
+//!    late), it is *recovering*, unless its own marker, naming its own
+//!    `run_id`, appears before three quarters of the connect timeout have
+//!    passed since the check began: clients that meet a brand-new set at
+//!    the same moment (8 worker processes starting together) see each
+//!    other's markers, and a client that judged this incarnation to count
+//!    writes its marker within its own check, so its judgment, by these
+//!    same rules, is taken.
 //!
 //! A recovering node counts again by itself once `G` has passed since it
 //! came back and its marker has been written (a task of its connection does
@@ -90,7 +96,9 @@
 //! only from `R + G`. If it first met `n` after `R`: `n` is younger than `G`
 //! (rule 2 does not apply), not durable, and has no marker of its own (rules
 //! 4 and 5: the restart lost it, or a snapshot kept an old `run_id`); rule 6
-//! counts it only if no node `B`'s client read carries a marker. But every
+//! counts it only if no node `B`'s client read carries a marker, or if
+//! another client marked this incarnation meanwhile, which it did only after
+//! reading no marker itself (the same argument, for that client). But every
 //! node whose vote ever counted carries one (it is written before the vote
 //! counts), so `A`'s quorum was marked, and any node of it that kept its
 //! data still is. Hence `B`'s client counts `n` only if every node of `A`'s
@@ -134,6 +142,9 @@ use crate::quorum;
 /// count (see the module docs). A resource whose key would be the marker's
 /// is refused.
 pub const MARKER_SUFFIX: &str = "quorlock-node";
+
+/// How often a check looks again for a young node's own marker (see rule 6).
+const MARKER_POLL: Duration = Duration::from_millis(10);
 
 /// How long a recovering node's marker write waits before it tries again
 /// after a failure.
@@ -490,7 +501,7 @@ impl Standings {
         let known = self.record_read(index, &identity);
         let came_back = identity.uptime.map(|uptime| came_back(read_at, uptime));
         let verdict = self
-            .judge(index, &identity, known.as_deref(), started)
+            .judge(index, &identity, known.as_deref(), started, &mut connection)
             .await;
         let run_id = identity.run_id.clone().unwrap_or_default();
         match verdict {
@@ -635,6 +646,7 @@ impl Standings {
         identity: &Identity,
         known: Option<&str>,
         started: Instant,
+        connection: &mut MultiplexedConnection,
     ) -> Verdict {
         let grace = self.grace();
         let (Some(run_id), Some(uptime)) = (&identity.run_id, identity.uptime) else {
@@ -684,12 +696,25 @@ impl Standings {
                 .as_ref()
                 .is_some_and(|peer| peer.marker.is_some())
         });
-        if marked_peer {
-            Verdict::Recovering {
-                why: "young and unmarked while other nodes are marked: it lost its data",
+        if !marked_peer {
+            return Verdict::Counts;
+        }
+        // A client meeting a brand-new set at the same moment may have
+        // marked a peer, and be about to mark this node: its marker for
+        // this very incarnation settles it.
+        let deadline = started + self.connect_timeout * 3 / 4;
+        while Instant::now() < deadline {
+            tokio::time::sleep(MARKER_POLL).await;
+            let marker = redis::cmd("GET")
+                .arg(&*self.marker_key)
+                .query_async::<Option<String>>(connection)
+                .await;
+            if marker.ok().flatten().as_deref() == Some(run_id.as_str()) {
+                return Verdict::Counts;
             }
-        } else {
-            Verdict::Counts
+        }
+        Verdict::Recovering {
+            why: "young and unmarked while other nodes are marked: it lost its data",
         }
     }
 
