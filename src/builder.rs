@@ -240,7 +240,7 @@ impl RedlockBuilder {
 
     /// The bound on connecting to one node (TCP, TLS, `AUTH`, the connection's
     /// setup commands) including its check (`INFO`, `ROLE`, `CONFIG GET`,
-    /// the marker: see the crate docs), which every new connection passes
+    /// the nodes' records: see the crate docs), which every new connection passes
     /// before any call uses it. Separate from the
     /// [`node_timeout`](Self::node_timeout), because connecting takes several
     /// round trips: over a 30 ms link, a fresh client could never connect
@@ -356,14 +356,15 @@ impl RedlockBuilder {
 
     /// Strict mode: a node that is already younger than the grace when this
     /// client first meets it, and not durable, is held back too, whatever
-    /// the other nodes remember. Off (the default), such a node counts when
-    /// it carries its own marker or when no node carries one (a brand-new
-    /// set of nodes, so the quick start does not wait), and is held back
-    /// when other nodes carry a marker (it restarted, or joined late). On,
-    /// it closes the two gaps the default leaves: a client that first meets
-    /// the nodes while every node that remembers them is down, and a single
-    /// node, which has no other node to remember it. The cost: a fresh set of
-    /// nodes makes the first locks wait the grace. Default: off.
+    /// the nodes' records say. Off (the default), such a node counts when
+    /// its own record holds its `run_id`, or when no record holds a
+    /// `run_id` that no node has now (nothing that counted is gone: a
+    /// brand-new set of nodes, so the quick start does not wait), and is held
+    /// back otherwise (it may be the node that lost its data). On, it closes
+    /// the two gaps the default leaves: a client that first meets the nodes
+    /// while every node that remembers the lost incarnation is down, and a
+    /// single node, which has no other node to remember it. The cost: a
+    /// fresh set of nodes makes the first locks wait the grace. Default: off.
     pub fn strict_restarts(mut self, on: bool) -> Self {
         self.config.strict_restarts = on;
         self

@@ -106,7 +106,7 @@
 //! token, run on every node. A failed extension never deletes the lock.
 //!
 //! Every connection to a node is checked before any call uses it (its
-//! `run_id`, uptime, `ROLE`, persistence settings and marker, within the
+//! `run_id`, uptime, `ROLE`, persistence settings and record, within the
 //! [connect timeout](RedlockBuilder::connect_timeout)): the same server
 //! listed twice, or a replica, is refused with [`Error::Misconfigured`]; a
 //! node that answers but refuses the commands counts, with a warning (see
@@ -116,8 +116,9 @@
 //!
 //! A node restarted without persistence comes back empty and would grant a
 //! lock a quorum still holds. quorlock holds such a node back: one whose
-//! `run_id` changed while the client knew it, whose marker names an earlier
-//! `run_id`, or which is young and unmarked beside marked nodes, is
+//! `run_id` changed while the client knew it, or which is young and not in
+//! its own record while some node's record names an incarnation that is
+//! gone (each node records the `run_id`s of the incarnations that counted), is
 //! *recovering*, unless its data is durable (`appendonly yes` with
 //! `appendfsync always`). It is asked for its vote, but its grant does not
 //! count until the [restart grace](RedlockBuilder::restart_grace) (60 s,
@@ -237,7 +238,7 @@ pub use guard::{LockGuard, Unlocked};
 pub use queue::{REFRESH_INTERVAL, WAITER_LIFETIME};
 pub use quorum::{MAX_TTL, Votes};
 pub use redlock::{MAX_RESOURCE_LEN, Redlock};
-pub use standing::{MARKER_SUFFIX, NotCounted};
+pub use standing::{NotCounted, RECORD_SUFFIX};
 pub use status::{LockStatus, NodeState, NodeStatus, TOKEN_PREFIX_LEN};
 
 #[cfg(test)]

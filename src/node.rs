@@ -420,6 +420,23 @@ impl Node {
         }
     }
 
+    /// Adds `run_id` to the node's record of incarnations that counted
+    /// (`SADD`), bounded by the connect timeout (see `standing.rs`).
+    pub(crate) fn record_incarnation(
+        &self,
+        record_key: Arc<[u8]>,
+        run_id: Arc<str>,
+    ) -> impl Future<Output = Result<(), NodeError>> + Send + 'static {
+        let call = self.bounded(Call::Read, move |mut connection| async move {
+            redis::cmd("SADD")
+                .arg(&*record_key)
+                .arg(&*run_id)
+                .query_async::<Value>(&mut connection)
+                .await
+        });
+        call.map(|answer| answer.map(drop))
+    }
+
     /// The holder's token and remaining TTL (ms) of `key`, or `None` when absent.
     pub(crate) fn inspect(
         &self,

@@ -128,9 +128,22 @@ impl Redlock {
             config.connect_timeout,
             new_token(),
         ));
+        let nodes: Arc<[Node]> = nodes.into();
+        let record_key = standings.record_key();
+        let weak = Arc::downgrade(&nodes);
+        standings.set_recorder(crate::standing::Recorder(Arc::new(move |index, run_id| {
+            let (weak, record_key) = (weak.clone(), record_key.clone());
+            async move {
+                match weak.upgrade() {
+                    Some(nodes) => nodes[index].record_incarnation(record_key, run_id).await,
+                    None => Ok(()),
+                }
+            }
+            .boxed()
+        })));
         Redlock {
             inner: Arc::new(Inner {
-                nodes: nodes.into(),
+                nodes,
                 config,
                 standings,
                 notifications,
@@ -348,9 +361,9 @@ impl Inner {
                 reason: "its key is the fencing counter's".into(),
             });
         }
-        if key[prefix.len()..] == *crate::standing::MARKER_SUFFIX.as_bytes() {
+        if key[prefix.len()..] == *crate::standing::RECORD_SUFFIX.as_bytes() {
             return Err(Error::InvalidResource {
-                reason: "its key is the nodes' marker's (see `MARKER_SUFFIX`)".into(),
+                reason: "its key is the nodes' record's (see `RECORD_SUFFIX`)".into(),
             });
         }
         if queue::is_queue_key(&key) {

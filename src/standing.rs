@@ -19,12 +19,21 @@
 //! checked before any call may use it (`connection.rs` runs the check as the
 //! last step of connecting, within the connect timeout). One round trip asks
 //! `INFO server` (`run_id`, `uptime_in_seconds`), `ROLE`, `CONFIG GET
-//! appendonly`, `CONFIG GET appendfsync`, and `GET` of the node's *marker*
-//! (the key prefix followed by [`MARKER_SUFFIX`]), with the client's `SCRIPT
-//! LOAD`s. The node is judged from the answers; a node judged to count gets
-//! the marker (its `run_id`) written before the connection is handed out.
-//! A restart always breaks the connection, so no reply of a restarted
-//! server reaches a round before its new incarnation has been judged.
+//! appendonly`, `CONFIG GET appendfsync`, and `SMEMBERS` of the node's
+//! *record* (the key prefix followed by [`RECORD_SUFFIX`]: the `run_id`s of
+//! the incarnations, of any node of the lock, whose votes have counted), and
+//! `SADD`s to that record the `run_id`s this client knows to count, with the
+//! client's `SCRIPT LOAD`s. The node is judged from the answers. A restart
+//! always breaks the connection, so no reply of a restarted server reaches
+//! a round before its new incarnation has been judged.
+//!
+//! **Recording.** A node judged to count does not count at once: its
+//! `run_id` is first added to its own record (before the connection is
+//! handed out), then to every other node's (a task, each node bounded by the
+//! connect timeout; a client's first lock waits for it); only then do its
+//! votes count. So every incarnation whose votes ever counted is in the
+//! record of every node that the client reached meanwhile, and of every
+//! node that client checks later.
 //!
 //! The same checks find misconfigurations: the same server listed twice
 //! (two URLs, one `run_id`) would cast two votes and count twice in the
@@ -37,7 +46,7 @@
 //! lock, and refusing it would make such deployments unusable. What is lost
 //! is the check: without `INFO` no duplicate, and no restart, is detected on
 //! that node; without `CONFIG` the node is taken as not durable; a refused
-//! marker write leaves it unmarked.
+//! record leaves its incarnations unrecorded there.
 //!
 //! # Restarts: the judgment
 //!
@@ -49,35 +58,29 @@
 //!
 //! On each check the node is judged, in this order:
 //! 1. durable (and durable nodes trusted, the default): it counts;
-//! 2. up for at least `G` (`uptime_in_seconds`): it counts; a lock it may
-//!    have lost has expired;
+//! 2. up for at least `G` (`uptime_in_seconds`, less its one second of
+//!    slack, see below): it counts; a lock it may have lost has expired;
 //! 3. its `run_id` changed since this client last checked it: *recovering*;
-//! 4. first met by this client, its marker holds another `run_id` (it
-//!    restarted from a snapshot, which may predate locks it lost):
-//!    *recovering*;
-//! 5. first met, marked with its own `run_id` (a client judged this very
-//!    incarnation to count, by these rules): it counts;
-//! 6. first met, young and unmarked: in strict mode, *recovering*.
+//! 4. first met by this client, its own `run_id` is in its record (a client
+//!    judged this very incarnation to count, by these rules): it counts;
+//! 5. first met, young and unrecorded: in strict mode, *recovering*.
 //!    Otherwise it waits (for at most half the connect timeout) until every
-//!    node's first check has ended, and counts if no node it read carries a
-//!    marker (a brand-new set of nodes: the quick start does not wait). If
-//!    one does (the set was in use: this node lost its data, or joined it
-//!    late), it is *recovering*, unless its own marker, naming its own
-//!    `run_id`, appears before three quarters of the connect timeout have
-//!    passed since the check began: clients that meet a brand-new set at
-//!    the same moment (8 worker processes starting together) see each
-//!    other's markers, and a client that judged this incarnation to count
-//!    writes its marker within its own check, so its judgment, by these
-//!    same rules, is taken.
+//!    node's first check has read its node, and is *recovering* if some
+//!    record it read holds a `run_id` that no node it read has now (an
+//!    incarnation that counted is gone: this node may be the one that lost
+//!    its data, or it restarted from a snapshot that recorded its old
+//!    `run_id`); else it counts. Nodes that lost nothing (a brand-new set,
+//!    a node that starts late, a client over more nodes than another, many
+//!    clients meeting a new set at once) leave only current `run_id`s in
+//!    the records, so nothing waits.
 //!
 //! A recovering node counts again by itself once `G` has passed since it
-//! came back and its marker has been written (a task of its connection does
-//! both, then logs it); no rebuild is needed. The time it came back is taken
+//! came back and it has been recorded (a task of its connection does both,
+//! then logs it); no rebuild is needed. The time it came back is taken
 //! as the reply's arrival minus its uptime less one second: Redis reports
 //! uptime as a difference of whole-second wall-clock readings, which can
 //! exceed the true uptime by almost a second, so this is never earlier than
-//! the true start, and the grace is never cut short. (Rule 2 likewise asks
-//! for an uptime of `G` plus a second.)
+//! the true start, and the grace is never cut short.
 //!
 //! # Safety argument
 //!
@@ -85,32 +88,39 @@
 //! client's own longest TTL is covered by itself; longer TTLs of *other*
 //! clients need `restart_grace` set); clocks run at rates within the drift
 //! factor, and a node's wall clock does not step forward (which would also
-//! expire its keys early, and inflate its uptime); a node loses keys only by restarting (not by `FLUSHALL`, eviction
-//! or failover); a node judged durable keeps every acknowledged write.
+//! expire its keys early, and inflate its uptime); a node loses keys only by
+//! restarting (not by `FLUSHALL`, eviction or failover); a node judged
+//! durable keeps every acknowledged write.
 //!
 //! *Claim*: a counted grant for lock `B` is never given by a node that lost
-//! the key of a lock `A` still valid. Say node `n` granted `A` at `t_A`
-//! (counted), lost its data by restarting at `R > t_A`, and granted `B` at
-//! `t_B` with `A` still valid, so `t_B < t_A + ttl ≤ R + G`. If `B`'s client
-//! knew `n`'s old incarnation, the `run_id` changed (rule 3) and `n` counts
-//! only from `R + G`. If it first met `n` after `R`: `n` is younger than `G`
-//! (rule 2 does not apply), not durable, and has no marker of its own (rules
-//! 4 and 5: the restart lost it, or a snapshot kept an old `run_id`); rule 6
-//! counts it only if no node `B`'s client read carries a marker, or if
-//! another client marked this incarnation meanwhile, which it did only after
-//! reading no marker itself (the same argument, for that client). But every
-//! node whose vote ever counted carries one (it is written before the vote
-//! counts), so `A`'s quorum was marked, and any node of it that kept its
-//! data still is. Hence `B`'s client counts `n` only if every node of `A`'s
-//! quorum that kept its data was unreachable at its first contact, or all of
-//! them lost theirs. Two holders at once therefore need, besides the
+//! the key of a lock `A` still valid. Say node `n`'s incarnation `r` granted
+//! `A` at `t_A` (counted), `n` lost its data by restarting at `R > t_A`, and
+//! its new incarnation granted `B` at `t_B` with `A` still valid, so
+//! `t_B < t_A + ttl ≤ R + G`. If `B`'s client knew `r`, the `run_id`
+//! changed (rule 3) and `n` counts only from `R + G`. If it first met `n`
+//! after `R`: `n` is younger than `G` (rule 2 does not apply), not durable,
+//! and its own record does not hold its new `run_id` unless a client judged
+//! it by these same rules (rule 4, by induction on the judgments), so rule 5
+//! decides: `n` counts only if no record `B`'s client read holds a vanished
+//! `run_id`. But `r` counted, so it was recorded on every node `A`'s client
+//! (or whichever client first judged `r`) reached when recording it, and
+//! carried to every node that client checked later; `r` is gone now, so any
+//! such node that kept its data, and that `B`'s client reads, shows it
+//! vanished. Hence `B`'s client counts `n` only if it read none of them at
+//! its first contact. Two holders at once therefore need, besides the
 //! restart, one of these **limits**, which strict mode (or durable nodes)
 //! closes:
-//! - a client that first meets the nodes while every node that remembers
-//!   them is down or emptied cannot tell a restarted node from a new one;
+//! - a client that first meets the nodes while every node that recorded the
+//!   lost incarnation is down, emptied, or was unreachable when it was
+//!   recorded, cannot tell a restarted node from a new one;
 //! - with **one node** there is no other node to remember: a client that
 //!   never met it before counts it, so only strict mode or persistence
 //!   protects the single-node lock against a restart.
+//!
+//! Records only grow (one `run_id` per incarnation that counted), so an
+//! incarnation that is gone stays "vanished": a node added to the set
+//! afterwards, or one down when a fresh client meets the others, waits the
+//! grace once. That errs on the side of withholding.
 //!
 //! When nodes disagree (one recovering, others not), each node's standing
 //! only removes its own vote: the quorum is still a majority of *all*
@@ -137,18 +147,15 @@ use tokio::sync::Notify;
 use crate::error::{NodeError, NodeErrorKind};
 use crate::quorum;
 
-/// What follows the key prefix in the key of a node's marker, which holds
-/// the `run_id` of the node's incarnation that quorlock clients judged to
-/// count (see the module docs). A resource whose key would be the marker's
-/// is refused.
-pub const MARKER_SUFFIX: &str = "quorlock-node";
+/// What follows the key prefix in the key of each node's *record*: a set of
+/// the `run_id`s of the node incarnations, on any node of the lock, whose
+/// votes have counted (see the module docs). A resource whose key would be
+/// the record's is refused.
+pub const RECORD_SUFFIX: &str = "quorlock-incarnations";
 
-/// How often a check looks again for a young node's own marker (see rule 6).
-const MARKER_POLL: Duration = Duration::from_millis(10);
-
-/// How long a recovering node's marker write waits before it tries again
+/// How long a recovering node's recording waits before it tries again
 /// after a failure.
-const MARKER_RETRY: Duration = Duration::from_secs(1);
+const RECORD_RETRY: Duration = Duration::from_secs(1);
 
 /// Why a node's votes do not count toward a quorum now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,11 +180,11 @@ pub enum NotCounted {
     Recovering {
         /// The `run_id` of the incarnation that came back.
         run_id: String,
-        /// The `run_id` this client (or its marker) knew before, if any.
+        /// The `run_id` this client knew before, or a vanished one it may replace.
         previous_run_id: Option<String>,
         /// Why it is taken to have restarted, in words.
         why: String,
-        /// How long until it counts again (zero: due, its marker being written).
+        /// How long until it counts again (zero: due, being recorded).
         counts_in: Duration,
     },
 }
@@ -244,8 +251,8 @@ pub(crate) struct Identity {
     pub(crate) uptime: Option<Duration>,
     /// `appendonly yes` with `appendfsync always` (false when unknown).
     pub(crate) durable: bool,
-    /// The marker's value, if the node has one.
-    pub(crate) marker: Option<String>,
+    /// The node's record: the `run_id`s of incarnations that counted.
+    pub(crate) record: Vec<String>,
     /// The check commands the node refused, each with its reply (`ROLE: ERR
     /// unknown command…`, a renamed command; `NOPERM …`, an ACL user).
     pub(crate) refused: Vec<String>,
@@ -254,6 +261,8 @@ pub(crate) struct Identity {
 const COUNTS: u8 = 0;
 const UNCHECKED: u8 = 1;
 const RECOVERING: u8 = 2;
+/// Judged to count; its `run_id` is being recorded on the other nodes first.
+const RECORDING: u8 = 3;
 
 /// A recovering node's restart.
 #[derive(Debug, Clone)]
@@ -268,7 +277,8 @@ struct Recovery {
 /// One node's standing.
 #[derive(Debug)]
 struct Slot {
-    /// [`COUNTS`], [`UNCHECKED`] or [`RECOVERING`]: read by every round.
+    /// [`COUNTS`], [`UNCHECKED`], [`RECOVERING`] or [`RECORDING`]: read by
+    /// every round.
     state: AtomicU8,
     /// A call timed out and the probe started then has not had an answer.
     skipped: AtomicBool,
@@ -292,6 +302,10 @@ struct Detail {
     recovery: Option<Recovery>,
     /// Bumped by each check, so that a stale recovery task stands down.
     generation: u64,
+    /// The `run_id` this client recorded on the other nodes.
+    recorded: Option<String>,
+    /// A recovery ended and its node is being recorded: logged once it counts.
+    left_recovery: Option<String>,
 }
 
 /// How long a node that reported `uptime_in_seconds` surely has been up.
@@ -310,6 +324,22 @@ fn came_back(read_at: Instant, uptime: Duration) -> Instant {
     read_at
         .checked_sub(surely_up_for(uptime))
         .unwrap_or(read_at)
+}
+
+/// Records a `run_id` on node `j` (`SADD` to its record, bounded by the
+/// connect timeout).
+pub(crate) type RecordFn = dyn Fn(usize, Arc<str>) -> futures::future::BoxFuture<'static, Result<(), NodeError>>
+    + Send
+    + Sync;
+
+/// A [`RecordFn`], shared.
+#[derive(Clone)]
+pub(crate) struct Recorder(pub(crate) Arc<RecordFn>);
+
+impl fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Recorder")
+    }
 }
 
 /// Why [`Standings::ensure`] did not let a lock call go on.
@@ -335,11 +365,13 @@ pub(crate) struct Standings {
     policy: RestartPolicy,
     /// The longest TTL (ms) this client has used.
     longest_ttl_ms: AtomicU64,
-    marker_key: Arc<[u8]>,
+    record_key: Arc<[u8]>,
     /// The scripts loaded on each node with its check.
     scripts: &'static [&'static str],
     node_timeout: Duration,
     connect_timeout: Duration,
+    /// Records a `run_id` on node `j` (set once the nodes are built).
+    recorder: OnceLock<Recorder>,
     me: Weak<Standings>,
 }
 
@@ -352,8 +384,8 @@ impl Standings {
         node_timeout: Duration,
         connect_timeout: Duration,
     ) -> Arc<Self> {
-        let mut marker_key = key_prefix.to_vec();
-        marker_key.extend_from_slice(MARKER_SUFFIX.as_bytes());
+        let mut record_key = key_prefix.to_vec();
+        record_key.extend_from_slice(RECORD_SUFFIX.as_bytes());
         Arc::new_cyclic(|me| Standings {
             slots: names
                 .iter()
@@ -370,12 +402,23 @@ impl Standings {
             misconfigured: OnceLock::new(),
             policy,
             longest_ttl_ms: AtomicU64::new(0),
-            marker_key: marker_key.into(),
+            record_key: record_key.into(),
             scripts,
             node_timeout,
             connect_timeout,
+            recorder: OnceLock::new(),
             me: me.clone(),
         })
+    }
+
+    /// The key of each node's record.
+    pub(crate) fn record_key(&self) -> Arc<[u8]> {
+        self.record_key.clone()
+    }
+
+    /// Gives the standings the way to record a `run_id` on a node.
+    pub(crate) fn set_recorder(&self, recorder: Recorder) {
+        let _ = self.recorder.set(recorder);
     }
 
     /// Node `index`'s name (`host:port`).
@@ -444,6 +487,9 @@ impl Standings {
                     counts_in: ends.saturating_duration_since(Instant::now()),
                 }
             }),
+            RECORDING => Some(NotCounted::Unchecked {
+                reason: "its run_id is being recorded on the other nodes".to_owned(),
+            }),
             _ => Some(NotCounted::Unchecked {
                 reason: match &detail.failure {
                     Some(failure) => failure.to_string(),
@@ -471,7 +517,7 @@ impl Standings {
     }
 
     /// Checks a new connection to node `index` before any call uses it (see
-    /// the module docs): reads, judges, and writes the marker of a node
+    /// the module docs): reads, judges, and records the `run_id` of a node
     /// that counts. Only a failure to get any answer is an error: the
     /// connection is then not used.
     pub(crate) async fn check(
@@ -480,7 +526,10 @@ impl Standings {
         mut connection: MultiplexedConnection,
     ) -> Result<(), NodeErrorKind> {
         let started = Instant::now();
-        let identity = match read_identity(&mut connection, &self.marker_key, self.scripts).await {
+        // What this client knows to count goes onto every node it checks.
+        let counting = self.counting_run_ids();
+        let read = read_identity(&mut connection, &self.record_key, &counting, self.scripts);
+        let identity = match read.await {
             Ok(identity) => identity,
             Err(err) => {
                 let failure = NodeErrorKind::Redis(Arc::new(err));
@@ -501,24 +550,36 @@ impl Standings {
         let known = self.record_read(index, &identity);
         let came_back = identity.uptime.map(|uptime| came_back(read_at, uptime));
         let verdict = self
-            .judge(index, &identity, known.as_deref(), started, &mut connection)
+            .judge(index, &identity, known.as_deref(), started)
             .await;
         let run_id = identity.run_id.clone().unwrap_or_default();
         match verdict {
             Verdict::Counts => {
-                if identity.marker.as_deref() != identity.run_id.as_deref() && !run_id.is_empty() {
-                    write_marker(&mut connection, &self.marker_key, &run_id, name).await?;
+                if !run_id.is_empty() && !identity.record.contains(&run_id) {
+                    record_incarnation(&mut connection, &self.record_key, &run_id, name).await?;
                 }
-                self.settle(index, None, None);
+                let generation = self.settle(index, None, None, RECORDING);
+                if self.detail(index).recorded.as_deref() == Some(run_id.as_str()) {
+                    self.settle(index, None, Some(generation), COUNTS);
+                } else if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(record_everywhere(
+                        self.me.clone(),
+                        index,
+                        generation,
+                        run_id,
+                    ));
+                } else {
+                    self.settle(index, None, Some(generation), COUNTS);
+                }
             }
-            Verdict::Recovering { why } => {
+            Verdict::Recovering { why, previous } => {
                 let recovery = Recovery {
                     run_id,
-                    previous_run_id: known.or_else(|| identity.marker.clone()),
+                    previous_run_id: known.or(previous),
                     why,
                     came_back: came_back.unwrap_or(read_at),
                 };
-                let generation = self.settle(index, Some(recovery.clone()), None);
+                let generation = self.settle(index, Some(recovery.clone()), None, RECOVERING);
                 let grace_left =
                     (recovery.came_back + self.grace()).saturating_duration_since(Instant::now());
                 tracing::warn!(
@@ -541,6 +602,34 @@ impl Standings {
             }
         }
         Ok(())
+    }
+
+    /// The `run_id`s of the nodes whose votes count for this client.
+    fn counting_run_ids(&self) -> Vec<String> {
+        (0..self.slots.len())
+            .filter(|&i| self.slots[i].state.load(Ordering::Acquire) == COUNTS)
+            .filter_map(|i| self.detail(i).identity.as_ref()?.run_id.clone())
+            .collect()
+    }
+
+    /// Waits while node `index`'s `run_id` is being recorded on the other
+    /// nodes, for at most the connect timeout.
+    async fn wait_recorded(&self, index: usize) {
+        let deadline = Instant::now() + self.connect_timeout;
+        loop {
+            let ended = self.ended.notified();
+            let mut ended = std::pin::pin!(ended);
+            ended.as_mut().enable();
+            if self.slots[index].state.load(Ordering::Acquire) != RECORDING {
+                return;
+            }
+            if tokio::time::timeout_at(deadline.into(), ended)
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
     }
 
     /// Records a check's read; returns the `run_id` this client knew before.
@@ -607,28 +696,44 @@ impl Standings {
         }
     }
 
-    /// Stores a verdict, as a new check (`generation` `None`) or as the end
-    /// of the recovery of check `generation` (ignored if a newer check
-    /// replaced it); returns the generation. A node that leaves recovery is
-    /// logged here.
-    fn settle(&self, index: usize, recovery: Option<Recovery>, generation: Option<u64>) -> u64 {
-        let mut detail = self.detail(index);
-        match generation {
-            Some(generation) if generation != detail.generation => return detail.generation,
-            Some(_) => {}
-            None => detail.generation += 1,
+    /// Stores a verdict (`state`, and the recovery of a recovering node), as
+    /// a new check (`generation` `None`) or as a later step of check
+    /// `generation` (ignored if a newer check replaced it); returns the
+    /// generation. A node that left recovery is logged here, once it counts.
+    fn settle(
+        &self,
+        index: usize,
+        recovery: Option<Recovery>,
+        generation: Option<u64>,
+        state: u8,
+    ) -> u64 {
+        let (generation, left) = {
+            let mut detail = self.detail(index);
+            match generation {
+                Some(generation) if generation != detail.generation => return detail.generation,
+                Some(_) => {}
+                None => detail.generation += 1,
+            }
+            match (&recovery, detail.recovery.take()) {
+                (None, Some(old)) => detail.left_recovery = Some(old.run_id),
+                (Some(_), _) => detail.left_recovery = None,
+                (None, None) => {}
+            }
+            detail.recovery = recovery;
+            if state == COUNTS {
+                detail.recorded = detail.identity.as_ref().and_then(|id| id.run_id.clone());
+            }
+            self.slots[index].state.store(state, Ordering::Release);
+            let left = if state == COUNTS {
+                detail.left_recovery.take()
+            } else {
+                None
+            };
+            (detail.generation, left)
+        };
+        if state == COUNTS {
+            self.ended.notify_waiters();
         }
-        let state = if recovery.is_some() {
-            RECOVERING
-        } else {
-            COUNTS
-        };
-        let left = match (&detail.recovery, &recovery) {
-            (Some(old), None) => Some(old.run_id.clone()),
-            _ => None,
-        };
-        detail.recovery = recovery;
-        self.slots[index].state.store(state, Ordering::Release);
         if let Some(run_id) = left {
             tracing::warn!(
                 node = %self.names[index],
@@ -636,7 +741,7 @@ impl Standings {
                 "node recovered: the restart grace has passed; its grants count again"
             );
         }
-        detail.generation
+        generation
     }
 
     /// The judgment of the module docs, rules 1 to 6.
@@ -646,7 +751,6 @@ impl Standings {
         identity: &Identity,
         known: Option<&str>,
         started: Instant,
-        connection: &mut MultiplexedConnection,
     ) -> Verdict {
         let grace = self.grace();
         let (Some(run_id), Some(uptime)) = (&identity.run_id, identity.uptime) else {
@@ -663,58 +767,48 @@ impl Standings {
         if known == Some(run_id.as_str()) {
             let detail = self.detail(index);
             return match &detail.recovery {
-                Some(recovery) if recovery.run_id == *run_id => {
-                    Verdict::Recovering { why: recovery.why }
-                }
+                Some(recovery) if recovery.run_id == *run_id => Verdict::Recovering {
+                    why: recovery.why,
+                    previous: recovery.previous_run_id.clone(),
+                },
                 _ => Verdict::Counts,
             };
         }
         if known.is_some() {
             return Verdict::Recovering {
                 why: "its run_id changed while this client knew it",
+                previous: None,
             };
         }
-        match identity.marker.as_deref() {
-            Some(marker) if marker == run_id => return Verdict::Counts,
-            Some(_) => {
-                return Verdict::Recovering {
-                    why: "its marker names an earlier run_id: restarted since it was marked",
-                };
-            }
-            None => {}
+        // First met, young, not durable.
+        if identity.record.contains(run_id) {
+            return Verdict::Counts; // a client judged this incarnation to count
         }
         if self.policy.strict {
             return Verdict::Recovering {
-                why: "young and unmarked at first contact (strict mode)",
+                why: "younger than the grace at first contact (strict mode)",
+                previous: None,
             };
         }
         self.wait_for_first_reads(started + self.connect_timeout / 2)
             .await;
-        let marked_peer = (0..self.slots.len()).filter(|&i| i != index).any(|i| {
-            self.detail(i)
-                .identity
-                .as_ref()
-                .is_some_and(|peer| peer.marker.is_some())
-        });
-        if !marked_peer {
-            return Verdict::Counts;
-        }
-        // A client meeting a brand-new set at the same moment may have
-        // marked a peer, and be about to mark this node: its marker for
-        // this very incarnation settles it.
-        let deadline = started + self.connect_timeout * 3 / 4;
-        while Instant::now() < deadline {
-            tokio::time::sleep(MARKER_POLL).await;
-            let marker = redis::cmd("GET")
-                .arg(&*self.marker_key)
-                .query_async::<Option<String>>(connection)
-                .await;
-            if marker.ok().flatten().as_deref() == Some(run_id.as_str()) {
-                return Verdict::Counts;
-            }
-        }
-        Verdict::Recovering {
-            why: "young and unmarked while other nodes are marked: it lost its data",
+        let identities: Vec<Identity> = (0..self.slots.len())
+            .filter_map(|i| self.detail(i).identity.clone())
+            .collect();
+        let current: Vec<&str> = identities
+            .iter()
+            .filter_map(|identity| identity.run_id.as_deref())
+            .collect();
+        let recorded = identities
+            .iter()
+            .flat_map(|identity| identity.record.iter().map(String::as_str));
+        match vanished(recorded, &current) {
+            None => Verdict::Counts,
+            Some(gone) => Verdict::Recovering {
+                why: "an incarnation that counted is gone from the nodes: this young, \
+                      unrecorded node may be the one that lost its data",
+                previous: Some(gone.to_owned()),
+            },
         }
     }
 
@@ -808,8 +902,10 @@ impl Standings {
                 let under_way = under_way;
                 let outcome = connecting.await;
                 if let Some(standings) = under_way.standings.upgrade() {
-                    if let Err(failure) = outcome {
-                        standings.record_failure(under_way.index, failure);
+                    match outcome {
+                        // The first lock counts the node: wait for its record.
+                        Ok(()) => standings.wait_recorded(under_way.index).await,
+                        Err(failure) => standings.record_failure(under_way.index, failure),
                     }
                     standings.first_check_ended(under_way.index);
                 }
@@ -845,20 +941,33 @@ impl Drop for CheckUnderWay {
 /// A check's verdict.
 enum Verdict {
     Counts,
-    Recovering { why: &'static str },
+    Recovering {
+        why: &'static str,
+        /// The `run_id` it is taken to have replaced, where known.
+        previous: Option<String>,
+    },
+}
+
+/// The first `run_id` recorded on some node (`recorded`) that is no node's
+/// current `run_id` (`current`): an incarnation that counted and is gone.
+fn vanished<'a>(recorded: impl Iterator<Item = &'a str>, current: &[&str]) -> Option<&'a str> {
+    recorded
+        .into_iter()
+        .find(|run_id| !current.contains(run_id))
 }
 
 /// A recovering node's end of recovery, as a task of its connection: once
-/// the grace has passed since it came back, writes its marker and lets its
+/// the grace has passed since it came back, records it and lets its
 /// votes count, unless a newer check replaced this one. A connection that
 /// fails ends the task; the next connection's check judges the node again.
 async fn end_recovery(
-    standings: Weak<Standings>,
+    weak: Weak<Standings>,
     index: usize,
     generation: u64,
     mut connection: MultiplexedConnection,
     recovery: Recovery,
 ) {
+    let standings = weak.clone();
     loop {
         // The grace grows with the longest TTL used: read it each time.
         let Some(ends) = standings
@@ -880,9 +989,9 @@ async fn end_recovery(
         let name = standings.names[index].clone();
         let written = tokio::time::timeout(
             standings.connect_timeout,
-            write_marker(
+            record_incarnation(
                 &mut connection,
-                &standings.marker_key,
+                &standings.record_key,
                 &recovery.run_id,
                 &name,
             ),
@@ -890,14 +999,50 @@ async fn end_recovery(
         .await;
         match written {
             Ok(Ok(())) => {
-                standings.settle(index, None, Some(generation));
+                let generation = standings.settle(index, None, Some(generation), RECORDING);
+                drop(standings);
+                record_everywhere(weak, index, generation, recovery.run_id).await;
                 return;
             }
             Ok(Err(NodeErrorKind::Redis(err))) if connection_gone(&err) => return,
             _ => {}
         }
         drop(standings);
-        tokio::time::sleep(MARKER_RETRY).await;
+        tokio::time::sleep(RECORD_RETRY).await;
+    }
+}
+
+/// Records node `index`'s `run_id` on every other node (each bounded by the
+/// connect timeout; a node that cannot be reached learns it from the next
+/// check of a client that knows it), then lets its votes count, unless a
+/// newer check replaced check `generation`.
+async fn record_everywhere(
+    standings: Weak<Standings>,
+    index: usize,
+    generation: u64,
+    run_id: String,
+) {
+    let Some((recorder, nodes)) = standings
+        .upgrade()
+        .map(|standings| (standings.recorder.get().cloned(), standings.slots.len()))
+    else {
+        return;
+    };
+    let run_id: Arc<str> = run_id.into();
+    let outcomes = match recorder {
+        Some(recorder) => {
+            let records = (0..nodes)
+                .filter(|&other| other != index)
+                .map(|other| (recorder.0)(other, run_id.clone()));
+            futures::future::join_all(records).await
+        }
+        None => Vec::new(),
+    };
+    if let Some(standings) = standings.upgrade() {
+        for err in outcomes.into_iter().filter_map(Result::err) {
+            tracing::debug!(error = %err, "recording an incarnation failed on a node");
+        }
+        standings.settle(index, None, Some(generation), COUNTS);
     }
 }
 
@@ -905,16 +1050,16 @@ fn connection_gone(err: &RedisError) -> bool {
     crate::connection::is_broken(err)
 }
 
-/// `SET marker run_id`. A node that refuses it (an ACL) is left unmarked,
-/// with a warning: it still counts.
-async fn write_marker(
+/// `SADD record run_id` on a node's own connection. A node that refuses it
+/// (an ACL) is left without it, with a warning: it still counts.
+async fn record_incarnation(
     connection: &mut MultiplexedConnection,
-    marker_key: &[u8],
+    record_key: &[u8],
     run_id: &str,
     name: &str,
 ) -> Result<(), NodeErrorKind> {
-    match redis::cmd("SET")
-        .arg(marker_key)
+    match redis::cmd("SADD")
+        .arg(record_key)
         .arg(run_id)
         .query_async::<Value>(connection)
         .await
@@ -924,8 +1069,8 @@ async fn write_marker(
             tracing::warn!(
                 node = %name,
                 error = %err,
-                "node check: the node refused the marker write; it counts, but a client \
-                 meeting it later cannot tell a restart of another node from a new one"
+                "node check: the node refused to record its run_id; it counts, but a client \
+                 meeting the nodes later may not see that it restarted"
             );
             Ok(())
         }
@@ -934,14 +1079,16 @@ async fn write_marker(
 }
 
 /// The check's round trip: `INFO server`, `ROLE`, `CONFIG GET` of the
-/// persistence settings, `GET` of the marker and the `SCRIPT LOAD` of
-/// `scripts`. A command the node refuses leaves that part unknown (a
+/// persistence settings, `SMEMBERS` of the record, then `SADD` to it of the
+/// `run_id`s this client knows to count (`counting`), and the `SCRIPT LOAD`
+/// of `scripts`. A command the node refuses leaves that part unknown (a
 /// refused `INFO` or `ROLE` is listed in [`Identity::refused`]; a refused
 /// `SCRIPT LOAD` only costs the `NOSCRIPT` fallback later); only a failure
 /// to get any answer is an error.
 async fn read_identity(
     connection: &mut MultiplexedConnection,
-    marker_key: &[u8],
+    record_key: &[u8],
+    counting: &[String],
     scripts: &'static [&'static str],
 ) -> Result<Identity, RedisError> {
     let mut pipe = redis::pipe();
@@ -955,8 +1102,11 @@ async fn read_identity(
         .cmd("CONFIG")
         .arg("GET")
         .arg("appendfsync")
-        .cmd("GET")
-        .arg(marker_key);
+        .cmd("SMEMBERS")
+        .arg(record_key);
+    if !counting.is_empty() {
+        pipe.cmd("SADD").arg(record_key).arg(counting).ignore();
+    }
     for code in scripts {
         pipe.cmd("SCRIPT").arg("LOAD").arg(*code);
     }
@@ -996,9 +1146,19 @@ async fn read_identity(
     let appendfsync = config_value(answers.next());
     identity.durable =
         appendonly.as_deref() == Some("yes") && appendfsync.as_deref() == Some("always");
-    identity.marker = match answers.next() {
-        Some(Ok(Value::BulkString(bytes))) => Some(String::from_utf8_lossy(&bytes).into_owned()),
-        _ => None,
+    identity.record = match answers.next() {
+        Some(Ok(Value::Array(items) | Value::Set(items))) => items
+            .iter()
+            .filter_map(|item| match item {
+                Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+                _ => None,
+            })
+            .collect(),
+        Some(Err(err)) => {
+            tracing::debug!(error = %err, "the record could not be read: taken as empty");
+            Vec::new()
+        }
+        _ => Vec::new(),
     };
     for loaded in answers {
         if let Err(err) = loaded {
@@ -1085,5 +1245,19 @@ mod tests {
         assert_eq!(came_back(read_at, 5 * SECOND), read_at - 4 * SECOND);
         assert_eq!(surely_up_for(Duration::ZERO), Duration::ZERO);
         assert_eq!(surely_up_for(61 * SECOND), 60 * SECOND);
+    }
+
+    /// Evidence of a lost incarnation is a recorded `run_id` that no node has
+    /// now; recorded `run_id`s that are all current (nodes met in any order,
+    /// by any clients) are none.
+    #[test]
+    fn a_recorded_run_id_that_no_node_has_is_a_vanished_incarnation() {
+        let current = ["r0", "r1b", "r2"];
+        assert_eq!(vanished(["r0", "r2"].into_iter(), &current), None);
+        assert_eq!(vanished(std::iter::empty(), &current), None);
+        assert_eq!(
+            vanished(["r0", "r1", "r2"].into_iter(), &current),
+            Some("r1")
+        );
     }
 }

@@ -221,13 +221,9 @@ fn node_skipped_in_a_runtime_that_ended_is_used_in_the_next() {
 #[test]
 fn first_contact_check_cut_short_by_its_runtime_is_made_again() {
     let mut nodes = servers(3);
-    // Node 2 joins late: young and unmarked beside marked nodes, which the
-    // restart protection holds back for the grace (`tests/restarts.rs`).
-    // Off here: this test is about the check being made again.
     let redlock = Redlock::builder(urls(&nodes))
         .node_timeout(Duration::from_millis(100))
         .connect_timeout(Duration::from_millis(300))
-        .restart_grace(Duration::ZERO)
         .build()
         .unwrap();
     nodes[2].pause();

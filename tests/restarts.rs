@@ -376,3 +376,57 @@ async fn fresh_clients_meeting_a_new_set_together_all_count_it() {
         }
     }
 }
+
+/// Nothing restarted, so nothing is held back: a client over three fresh
+/// nodes counts all three although another client, over node 0 alone, has
+/// recorded node 0 first (the benchmark's N = 1, 3, 5 on the same servers;
+/// two applications sharing a server); and a node of a fresh set that starts
+/// a few seconds after the others counts when it comes (a slow starter).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_that_lost_nothing_count_at_once_however_they_are_met() {
+    let nodes = servers(3);
+    let one = Redlock::new([nodes[0].url()]).unwrap();
+    one.try_lock(RESOURCE, Duration::from_secs(1))
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let all = client(&nodes);
+    let guard = all
+        .try_lock(RESOURCE, Duration::from_secs(1))
+        .await
+        .unwrap_or_else(|err| panic!("a superset of a recorded node: {err}"));
+    guard.unlock().await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(1));
+
+    // Node 2 of another fresh set is down when the first client locks, and
+    // comes a moment later: young, unrecorded, but nothing that counted is
+    // gone, so it counts, for that client and for a fresh one.
+    let mut late = servers(3);
+    late[2].kill();
+    let early = builder(&late)
+        .acquire_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    early
+        .lock(RESOURCE, Duration::from_secs(1))
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    late[2].spawn().unwrap();
+    late[0].kill(); // a lock now needs nodes 1 and 2
+    for (who, redlock) in [
+        ("the early client", &early),
+        ("a fresh client", &client(&late)),
+    ] {
+        let guard = redlock
+            .lock(RESOURCE, Duration::from_secs(1))
+            .await
+            .unwrap_or_else(|err| panic!("{who}: the late node did not count: {err}"));
+        guard.unlock().await.unwrap();
+    }
+}
