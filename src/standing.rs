@@ -559,7 +559,8 @@ impl Standings {
                     record_incarnation(&mut connection, &self.record_key, &run_id, name).await?;
                 }
                 let generation = self.settle(index, None, None, RECORDING);
-                if self.detail(index).recorded.as_deref() == Some(run_id.as_str()) {
+                // Recorded already, or nothing to record (INFO refused).
+                if run_id.is_empty() || self.detail(index).recorded.as_deref() == Some(&run_id) {
                     self.settle(index, None, Some(generation), COUNTS);
                 } else if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                     runtime.spawn(record_everywhere(

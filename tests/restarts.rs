@@ -430,3 +430,42 @@ async fn nodes_that_lost_nothing_count_at_once_however_they_are_met() {
         guard.unlock().await.unwrap();
     }
 }
+
+/// A node that refuses `INFO` (renamed away) has no `run_id` to record: it
+/// counts (the policy for refused checks), and no record gains an empty
+/// `run_id`, which later clients would take for a vanished incarnation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_info_counts_and_records_nothing_empty() {
+    let mut nodes = servers(2);
+    nodes.push(RedisServer::start_with(&["--rename-command", "INFO", ""]));
+    let redlock = client(&nodes);
+    redlock
+        .try_lock(RESOURCE, Duration::from_secs(1))
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    redlock.flush().await;
+    let record = format!("quorlock:{}", quorlock::RECORD_SUFFIX);
+    for node in &nodes {
+        let members: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(&record)
+            .query(&mut node.connection())
+            .unwrap();
+        assert!(
+            members.iter().all(|member| !member.is_empty()),
+            "node {}: {members:?}",
+            node.port()
+        );
+        assert!(!members.is_empty() || node.port() == nodes[2].port());
+    }
+    // A fresh client still counts all three.
+    client(&nodes)
+        .try_lock(RESOURCE, Duration::from_secs(1))
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+}
