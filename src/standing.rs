@@ -677,24 +677,24 @@ impl Standings {
 
     /// A check of node `index` read it, or connecting to it failed.
     fn heard(&self, index: usize) {
-        let newly = !std::mem::replace(&mut self.detail(index).heard, true);
-        if newly {
-            if (0..self.slots.len()).all(|i| self.detail(i).heard) {
-                self.all_heard.store(true, Ordering::Release);
-            }
-            self.ended.notify_waiters();
-        }
+        self.first(index, |detail| &mut detail.heard, &self.all_heard);
     }
 
     /// Node `index`'s first check ended: its connection is ready (or failed).
     fn first_check_ended(&self, index: usize) {
-        let newly = !std::mem::replace(&mut self.detail(index).attempted, true);
-        if newly {
-            if (0..self.slots.len()).all(|i| self.detail(i).attempted) {
-                self.all_attempted.store(true, Ordering::Release);
-            }
-            self.ended.notify_waiters();
+        self.first(index, |detail| &mut detail.attempted, &self.all_attempted);
+    }
+
+    /// Sets a node's `flag`; the first time, sets `all` once every node's
+    /// is set, and wakes the waiters.
+    fn first(&self, index: usize, flag: fn(&mut Detail) -> &mut bool, all: &AtomicBool) {
+        if std::mem::replace(flag(&mut self.detail(index)), true) {
+            return;
         }
+        if (0..self.slots.len()).all(|i| *flag(&mut self.detail(i))) {
+            all.store(true, Ordering::Release);
+        }
+        self.ended.notify_waiters();
     }
 
     /// Stores a verdict (`state`, and the recovery of a recovering node), as

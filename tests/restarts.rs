@@ -57,21 +57,32 @@ fn node_name(node: &RedisServer) -> String {
     format!("127.0.0.1:{}", node.port())
 }
 
-/// The hazard closed by default: node 1 restarts at once without
-/// persistence and comes back empty; with node 2 back too, a second client
-/// (another process, which never met node 1 before) is refused, saying why:
-/// node 1 (young, unmarked, beside a marked node 0) is recovering, and so is
-/// node 2. The first holder stays the only one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn immediate_restart_without_persistence_grants_no_second_holder_by_default() {
+/// The hazard's exact sequence: holder A (`make(nodes)`'s client) on nodes
+/// 0 and 1 of 3 (node 2 down), node 1 restarted at once without persistence
+/// (it comes back empty), node 2 back; then a second client, another
+/// process that never met node 1, tries the lock. Returns A and B's outcome.
+async fn the_hazard(
+    make: fn(&[RedisServer]) -> Redlock,
+) -> (Vec<RedisServer>, LockGuard, Result<LockGuard, Error>) {
     let mut nodes = servers(3);
-    let a_client = client(&nodes);
+    let a_client = make(&nodes);
     let a = holder_on_nodes_0_and_1(&mut nodes, &a_client, Duration::from_secs(10)).await;
     nodes[1].restart();
     nodes[2].spawn().unwrap();
-    let b = client(&nodes)
+    let b = make(&nodes)
         .try_lock(RESOURCE, Duration::from_secs(10))
         .await;
+    (nodes, a, b)
+}
+
+/// The hazard closed by default: the second client is refused, saying why:
+/// node 1 is young and not in its own record, while node 0's record names
+/// node 1's old `run_id`, which no node has now, so node 1 is recovering
+/// (and so is node 2, young and unrecorded too). The first holder stays the
+/// only one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn immediate_restart_without_persistence_grants_no_second_holder_by_default() {
+    let (nodes, a, b) = the_hazard(client).await;
     assert!(a.is_valid());
     let err = b.expect_err("a second holder while the first is valid");
     println!("second client refused: {err}");
@@ -131,14 +142,7 @@ async fn a_client_that_knew_the_node_sees_its_run_id_change() {
 /// holders at once: why the protection exists.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn immediate_restart_without_protection_allows_a_second_holder() {
-    let mut nodes = servers(3);
-    let a_client = unprotected(&nodes);
-    let a = holder_on_nodes_0_and_1(&mut nodes, &a_client, Duration::from_secs(10)).await;
-    nodes[1].restart();
-    nodes[2].spawn().unwrap();
-    let b = unprotected(&nodes)
-        .try_lock(RESOURCE, Duration::from_secs(10))
-        .await;
+    let (_nodes, a, b) = the_hazard(unprotected).await;
     let b = b.expect("the documented hazard: the emptied node grants a second holder");
     assert!(
         a.is_valid() && b.is_valid(),
