@@ -130,11 +130,21 @@ impl Node {
         standings: Arc<Standings>,
         index: usize,
     ) -> Self {
+        let legacy_set: Arc<AtomicBool> = Arc::default();
         let check: connection::Check = {
-            let standings = standings.clone();
+            let (standings, legacy_set) = (standings.clone(), legacy_set.clone());
             Arc::new(move |connection| {
-                let standings = standings.clone();
-                async move { standings.check(index, connection).await }.boxed()
+                let (standings, legacy_set) = (standings.clone(), legacy_set.clone());
+                async move {
+                    let major = standings.check(index, connection).await?;
+                    // Before Redis 7.0, `SET NX GET` is refused: start with
+                    // `SET NX PX` rather than pay a refused round trip.
+                    if major.is_some_and(|major| major < 7) {
+                        legacy_set.store(true, Ordering::Relaxed);
+                    }
+                    Ok(())
+                }
+                .boxed()
             })
         };
         Node {
@@ -143,7 +153,7 @@ impl Node {
             client,
             timeout,
             connect_timeout,
-            legacy_set: Arc::default(),
+            legacy_set,
             standings,
             index,
             background,

@@ -177,8 +177,9 @@ impl Redlock {
     /// Asks every node what it holds for `resource`: free, held (token prefix
     /// and remaining TTL) or failed; whether a quorum holds it; and, for a
     /// node whose votes do not count now (recovering from a restart, say),
-    /// why. Each node is given the connect timeout to answer (this may be a
-    /// fresh client).
+    /// why. A fresh client first checks every node (as its first lock
+    /// would, bounded by the connect timeout); then each node is given the
+    /// connect timeout to answer.
     ///
     /// # Errors
     ///
@@ -191,6 +192,15 @@ impl Redlock {
     pub async fn status(&self, resource: impl AsRef<[u8]>) -> Result<LockStatus> {
         let key = self.inner.key_for(resource.as_ref())?;
         Error::ensure_runtime()?;
+        // A fresh client's first checks (and their recording) end first, so
+        // that the standings shown are settled. Misconfigured nodes and
+        // nodes that did not answer in time are shown as they are.
+        let inner = &self.inner;
+        let deadline = Instant::now() + inner.config.connect_timeout;
+        let _ = inner
+            .standings
+            .ensure(|index| inner.nodes[index].connect(), Some(deadline))
+            .await;
         let answers = futures::future::join_all(self.inner.nodes.iter().map(|node| {
             let name = node.name().to_owned();
             node.inspect(key.clone()).map(move |answer| (name, answer))

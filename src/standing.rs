@@ -249,6 +249,8 @@ pub(crate) struct Identity {
     pub(crate) role: Option<String>,
     /// `uptime_in_seconds`.
     pub(crate) uptime: Option<Duration>,
+    /// The major of `redis_version` (Valkey reports its Redis-compatible one).
+    pub(crate) major_version: Option<u32>,
     /// `appendonly yes` with `appendfsync always` (false when unknown).
     pub(crate) durable: bool,
     /// The node's record: the `run_id`s of incarnations that counted.
@@ -518,13 +520,14 @@ impl Standings {
 
     /// Checks a new connection to node `index` before any call uses it (see
     /// the module docs): reads, judges, and records the `run_id` of a node
-    /// that counts. Only a failure to get any answer is an error: the
-    /// connection is then not used.
+    /// that counts. Returns the server's major version, where known. Only a
+    /// failure to get any answer is an error: the connection is then not
+    /// used.
     pub(crate) async fn check(
         &self,
         index: usize,
         mut connection: MultiplexedConnection,
-    ) -> Result<(), NodeErrorKind> {
+    ) -> Result<Option<u32>, NodeErrorKind> {
         let started = Instant::now();
         // What this client knows to count goes onto every node it checks.
         let counting = self.counting_run_ids();
@@ -602,7 +605,7 @@ impl Standings {
                 }
             }
         }
-        Ok(())
+        Ok(identity.major_version)
     }
 
     /// The `run_id`s of the nodes whose votes count for this client.
@@ -1128,6 +1131,8 @@ async fn read_identity(
             identity.uptime = field("uptime_in_seconds:")
                 .and_then(|secs| secs.parse::<u64>().ok())
                 .map(Duration::from_secs);
+            identity.major_version =
+                field("redis_version:").and_then(|version| version.split('.').next()?.parse().ok());
         }
         Some(Err(err)) => refusal(&mut identity.refused, "INFO server", &err),
         None => {}

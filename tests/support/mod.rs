@@ -31,6 +31,29 @@ pub fn server_binary() -> String {
     std::env::var("QUORLOCK_TEST_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
 }
 
+/// `--enable-debug-command yes` for servers that know it (Redis 7.0 and
+/// later, Valkey); Redis 6.2 refuses the option and always allows `DEBUG`.
+fn debug_command_args() -> &'static [&'static str] {
+    static ARGS: std::sync::OnceLock<&'static [&'static str]> = std::sync::OnceLock::new();
+    ARGS.get_or_init(|| {
+        let version = Command::new(server_binary())
+            .arg("--version")
+            .output()
+            .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+            .unwrap_or_default();
+        // "Redis server v=6.2.14 sha=…", "Valkey server v=8.1.1 …"
+        let major = version
+            .split("v=")
+            .nth(1)
+            .and_then(|rest| rest.split('.').next())
+            .and_then(|major| major.parse::<u32>().ok());
+        match major {
+            Some(major) if major < 7 && version.starts_with("Redis") => &[],
+            _ => &["--enable-debug-command", "yes"],
+        }
+    })
+}
+
 /// One `redis-server` process owned by a test. Killed when dropped.
 pub struct RedisServer {
     port: u16,
@@ -115,7 +138,7 @@ impl RedisServer {
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
-            .args(["--enable-debug-command", "yes"])
+            .args(debug_command_args())
             .arg("--dir")
             .arg(&self.dir)
             .args(&self.extra_args)
