@@ -295,7 +295,7 @@ struct Detail {
     /// The first check ended: the connection it made is ready, or it failed.
     attempted: bool,
     /// A check has read the node, or a connection to it failed: what the
-    /// rule for young unmarked nodes waits for.
+    /// rule for young unrecorded nodes (rule 5) waits for.
     heard: bool,
     /// A first check runs as a task (see [`Standings::ensure`]).
     checking: bool,

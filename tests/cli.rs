@@ -403,7 +403,7 @@ fn status_is_unknown_while_a_silent_node_could_make_a_quorum() {
 
 /// `status` shows a node that restarted empty as recovering (it does not
 /// count), even from a fresh `quorlock` process that never met it: the other
-/// nodes carry the marker a first `status` wrote.
+/// nodes' records, written by a first `status`, name its old `run_id`.
 #[test]
 fn status_shows_a_restarted_node_as_recovering() {
     let mut nodes = servers(3);

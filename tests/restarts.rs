@@ -98,8 +98,8 @@ async fn immediate_restart_without_persistence_grants_no_second_holder_by_defaul
     );
 
     // A `lock` call that waits fails the same way once its patience is
-    // spent (longer than the checks of the two young unmarked nodes, which
-    // look for a concurrent client's marker for 3/4 of the connect timeout).
+    // spent (long enough for the first checks to end: a shorter one ends
+    // during first contact, with "not checked yet" as the reason).
     let err = builder(&nodes)
         .acquire_timeout(Duration::from_millis(1500))
         .build()
@@ -330,8 +330,8 @@ async fn a_recovering_node_counts_again_after_the_grace() {
     }
 }
 
-/// Fresh nodes: by default the first lock does not wait (a brand-new set has
-/// no marker anywhere); in strict mode the young nodes are held back for the
+/// Fresh nodes: by default the first lock does not wait (a brand-new set's
+/// records hold no vanished incarnation); in strict mode the young nodes are held back for the
 /// grace, and the error says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fresh_nodes_count_at_once_unless_strict() {
@@ -354,9 +354,9 @@ async fn fresh_nodes_count_at_once_unless_strict() {
 }
 
 /// Clients that meet a brand-new set at the same moment (the demo's worker
-/// processes starting together) all count every node: one client's marker on
-/// a node must not make another, which read its own node unmarked a moment
-/// before, take that node for one that lost its data. 16 fresh clients, one
+/// processes starting together) all count every node: what one client
+/// records on a node must not make another, which read its own node
+/// unrecorded a moment before, take that node for one that lost its data. 16 fresh clients, one
 /// resource each, every first lock must succeed; done over 5 fresh sets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fresh_clients_meeting_a_new_set_together_all_count_it() {
