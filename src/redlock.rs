@@ -1005,7 +1005,7 @@ impl Drop for AcquireRound {
 fn acquire_failure(resource: &[u8], round: &mut Round, elapsed: Duration, attempts: u32) -> Error {
     let votes = round.votes;
     let last_error = round.last_error.take();
-    let not_counted = std::mem::take(&mut round.not_counted).into_boxed_slice();
+    let not_counted = round.take_not_counted();
     let resource = show_resource(resource);
     if votes.has_quorum() {
         Error::NoValidity {

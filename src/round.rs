@@ -85,11 +85,9 @@ pub(crate) struct Round {
     /// Whose grants count toward the quorum, read as each grant arrives;
     /// `None`: all count (releases).
     standings: Option<Arc<Standings>>,
-    /// The nodes whose grant did not count (empty, without allocating, in
-    /// the usual case).
-    uncounted: Vec<usize>,
-    /// The grants that did not count, each with why.
-    pub(crate) not_counted: Vec<NodeError>,
+    /// The grants that did not count: each node, with why (empty, without
+    /// allocating, in the usual case).
+    not_counted: Vec<(usize, NodeError)>,
 }
 
 impl Round {
@@ -119,7 +117,6 @@ impl Round {
             pending,
             background: background.clone(),
             standings: None,
-            uncounted: Vec::new(),
             not_counted: Vec::new(),
         }
     }
@@ -177,9 +174,8 @@ impl Round {
                     None | Some(Ok(())) => self.votes.record(Some(true)),
                     Some(Err(not_counted)) => {
                         self.votes.record(None);
-                        self.uncounted.push(index);
                         self.last_error = Some(not_counted.clone());
-                        self.not_counted.push(not_counted);
+                        self.not_counted.push((index, not_counted));
                     }
                 }
                 self.answers[index] = Answer::Granted;
@@ -203,13 +199,22 @@ impl Round {
         }
     }
 
+    /// Takes the grants that did not count, each with why, for an error.
+    pub(crate) fn take_not_counted(&mut self) -> Box<[NodeError]> {
+        std::mem::take(&mut self.not_counted)
+            .into_iter()
+            .map(|(_, err)| err)
+            .collect()
+    }
+
     /// The highest fencing counter among the granting nodes whose grant counts.
     pub(crate) fn highest_counter(&self) -> Option<u64> {
         self.numbers
             .iter()
             .enumerate()
             .filter(|(index, _)| {
-                self.answers[*index] == Answer::Granted && !self.uncounted.contains(index)
+                self.answers[*index] == Answer::Granted
+                    && !self.not_counted.iter().any(|(node, _)| node == index)
             })
             .filter_map(|(_, counter)| *counter)
             .max()

@@ -284,7 +284,7 @@ struct Slot {
     state: AtomicU8,
     /// A call timed out and the probe started then has not had an answer.
     skipped: AtomicBool,
-    /// The per-node timeout, for the unresponsive reason.
+    /// Everything else: read only when the node does not count, or by checks.
     detail: Mutex<Detail>,
 }
 
@@ -430,7 +430,11 @@ impl Standings {
 
     /// Notes a TTL this client uses: the grace covers the longest.
     pub(crate) fn note_ttl(&self, ttl_ms: u64) {
-        self.longest_ttl_ms.fetch_max(ttl_ms, Ordering::Relaxed);
+        // Read first: every lock call comes here, and the longest TTL
+        // almost never grows, so the shared line is only written when it does.
+        if ttl_ms > self.longest_ttl_ms.load(Ordering::Relaxed) {
+            self.longest_ttl_ms.fetch_max(ttl_ms, Ordering::Relaxed);
+        }
     }
 
     /// `G`: the restart grace, at least the longest TTL this client has
@@ -971,10 +975,9 @@ async fn end_recovery(
     mut connection: MultiplexedConnection,
     recovery: Recovery,
 ) {
-    let standings = weak.clone();
     loop {
         // The grace grows with the longest TTL used: read it each time.
-        let Some(ends) = standings
+        let Some(ends) = weak
             .upgrade()
             .map(|standings| recovery.came_back + standings.grace())
         else {
@@ -984,7 +987,7 @@ async fn end_recovery(
             tokio::time::sleep_until(ends.into()).await;
             continue;
         }
-        let Some(standings) = standings.upgrade() else {
+        let Some(standings) = weak.upgrade() else {
             return;
         };
         if standings.detail(index).generation != generation {
@@ -1008,7 +1011,7 @@ async fn end_recovery(
                 record_everywhere(weak, index, generation, recovery.run_id).await;
                 return;
             }
-            Ok(Err(NodeErrorKind::Redis(err))) if connection_gone(&err) => return,
+            Ok(Err(NodeErrorKind::Redis(err))) if crate::connection::is_broken(&err) => return,
             _ => {}
         }
         drop(standings);
@@ -1048,10 +1051,6 @@ async fn record_everywhere(
         }
         standings.settle(index, None, Some(generation), COUNTS);
     }
-}
-
-fn connection_gone(err: &RedisError) -> bool {
-    crate::connection::is_broken(err)
 }
 
 /// `SADD record run_id` on a node's own connection. A node that refuses it

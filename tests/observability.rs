@@ -64,13 +64,7 @@ async fn a_restarted_node_entering_and_leaving_recovery_is_warned_about() {
     let grace = Duration::from_millis(1500);
     let redlock = builder(&nodes).restart_grace(grace).build().unwrap();
     let ttl = Duration::from_millis(500);
-    redlock
-        .lock("observed:restart", ttl)
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    support::lock_once(&redlock, "observed:restart", ttl).await;
     nodes[1].restart();
     let restarted = std::time::Instant::now();
     let recovered = support::eventually(grace + Duration::from_secs(10), || {

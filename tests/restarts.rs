@@ -11,7 +11,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use quorlock::{Error, LockGuard, Redlock, RedlockBuilder};
-use support::{RedisServer, servers, urls};
+use support::{RedisServer, lock_once, servers, urls};
 
 const RESOURCE: &str = "restarts:resource";
 
@@ -259,75 +259,67 @@ async fn a_durable_node_keeps_the_lock_and_counts_at_once_after_a_restart() {
 /// checks the warnings logged when it enters and leaves recovery.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recovering_node_counts_again_after_the_grace() {
-    {
-        let mut nodes = servers(3);
-        let grace = Duration::from_secs(2);
-        let ttl = Duration::from_millis(500);
-        let redlock = builder(&nodes).restart_grace(grace).build().unwrap();
-        redlock
-            .lock(RESOURCE, ttl)
-            .await
-            .unwrap()
-            .unlock()
-            .await
-            .unwrap();
+    let mut nodes = servers(3);
+    let grace = Duration::from_secs(2);
+    let ttl = Duration::from_millis(500);
+    let redlock = builder(&nodes).restart_grace(grace).build().unwrap();
+    lock_once(&redlock, RESOURCE, ttl).await;
 
-        // Before the restart: the grace runs from the server's start, which
-        // comes later.
-        let restarted = Instant::now();
-        nodes[1].restart();
-        // The other two make a quorum: locking goes on.
-        let guard = redlock.lock(RESOURCE, ttl).await.unwrap();
-        // The first call on the connection the restart broke may fail
-        // before the client reconnects and sees the new run_id.
-        let mut status = redlock.status(RESOURCE).await.unwrap();
-        while status.nodes[1].not_counted.is_none() && restarted.elapsed() < grace / 2 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            status = redlock.status(RESOURCE).await.unwrap();
-        }
-        println!("{status}");
-        let node_1 = &status.nodes[1];
-        assert!(
-            node_1
-                .not_counted
-                .as_ref()
-                .is_some_and(quorlock::NotCounted::is_recovering),
-            "{status}"
-        );
-        assert!(
-            status.to_string().contains("recovering from a restart"),
-            "{status}"
-        );
-        assert!(status.nodes[0].not_counted.is_none() && status.nodes[2].not_counted.is_none());
-        guard.unlock().await.unwrap();
-
-        // Without node 2, nodes 0 and 1 would be a quorum, but node 1 does
-        // not count yet.
-        nodes[2].kill();
-        let err = redlock
-            .try_lock(RESOURCE, ttl)
-            .await
-            .expect_err("a lock counted on a recovering node");
-        assert!(err.is_unavailable(), "{err}");
-        assert_eq!(recovering_nodes(&err), vec![node_name(&nodes[1])], "{err}");
-        println!("refused while recovering: {err}");
-
-        // Once the grace has passed, node 1 counts again by itself.
-        let mut counted_after = None;
-        while restarted.elapsed() < grace + Duration::from_secs(10) {
-            if let Ok(guard) = redlock.try_lock(RESOURCE, ttl).await {
-                counted_after = Some(restarted.elapsed());
-                guard.unlock().await.unwrap();
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let after = counted_after.expect("the recovered node never counted again");
-        assert!(after >= grace, "counted after {after:?}, before the grace");
-        println!("node 1 counted again {after:?} after its restart (grace {grace:?})");
-        let status = redlock.status(RESOURCE).await.unwrap();
-        assert!(status.nodes[1].not_counted.is_none(), "{status}");
+    // Before the restart: the grace runs from the server's start, which
+    // comes later.
+    let restarted = Instant::now();
+    nodes[1].restart();
+    // The other two make a quorum: locking goes on.
+    let guard = redlock.lock(RESOURCE, ttl).await.unwrap();
+    // The first call on the connection the restart broke may fail
+    // before the client reconnects and sees the new run_id.
+    let mut status = redlock.status(RESOURCE).await.unwrap();
+    while status.nodes[1].not_counted.is_none() && restarted.elapsed() < grace / 2 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        status = redlock.status(RESOURCE).await.unwrap();
     }
+    println!("{status}");
+    let node_1 = &status.nodes[1];
+    assert!(
+        node_1
+            .not_counted
+            .as_ref()
+            .is_some_and(quorlock::NotCounted::is_recovering),
+        "{status}"
+    );
+    assert!(
+        status.to_string().contains("recovering from a restart"),
+        "{status}"
+    );
+    assert!(status.nodes[0].not_counted.is_none() && status.nodes[2].not_counted.is_none());
+    guard.unlock().await.unwrap();
+
+    // Without node 2, nodes 0 and 1 would be a quorum, but node 1 does
+    // not count yet.
+    nodes[2].kill();
+    let err = redlock
+        .try_lock(RESOURCE, ttl)
+        .await
+        .expect_err("a lock counted on a recovering node");
+    assert!(err.is_unavailable(), "{err}");
+    assert_eq!(recovering_nodes(&err), vec![node_name(&nodes[1])], "{err}");
+    println!("refused while recovering: {err}");
+
+    // Once the grace has passed, node 1 counts again by itself.
+    let mut counted_after = None;
+    while restarted.elapsed() < grace + Duration::from_secs(10) {
+        if let Ok(guard) = redlock.try_lock(RESOURCE, ttl).await {
+            counted_after = Some(restarted.elapsed());
+            guard.unlock().await.unwrap();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = counted_after.expect("the recovered node never counted again");
+    assert!(after >= grace, "counted after {after:?}, before the grace");
+    println!("node 1 counted again {after:?} after its restart (grace {grace:?})");
+    let status = redlock.status(RESOURCE).await.unwrap();
+    assert!(status.nodes[1].not_counted.is_none(), "{status}");
 }
 
 /// Fresh nodes: by default the first lock does not wait (a brand-new set's
@@ -390,12 +382,7 @@ async fn fresh_clients_meeting_a_new_set_together_all_count_it() {
 async fn nodes_that_lost_nothing_count_at_once_however_they_are_met() {
     let nodes = servers(3);
     let one = Redlock::new([nodes[0].url()]).unwrap();
-    one.try_lock(RESOURCE, Duration::from_secs(1))
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    lock_once(&one, RESOURCE, Duration::from_secs(1)).await;
     let started = Instant::now();
     let all = client(&nodes);
     let guard = all
@@ -414,13 +401,7 @@ async fn nodes_that_lost_nothing_count_at_once_however_they_are_met() {
         .acquire_timeout(Duration::from_secs(2))
         .build()
         .unwrap();
-    early
-        .lock(RESOURCE, Duration::from_secs(1))
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    lock_once(&early, RESOURCE, Duration::from_secs(1)).await;
     late[2].spawn().unwrap();
     late[0].kill(); // a lock now needs nodes 1 and 2
     for (who, redlock) in [
@@ -443,13 +424,7 @@ async fn a_node_without_info_counts_and_records_nothing_empty() {
     let mut nodes = servers(2);
     nodes.push(RedisServer::start_with(&["--rename-command", "INFO", ""]));
     let redlock = client(&nodes);
-    redlock
-        .try_lock(RESOURCE, Duration::from_secs(1))
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    lock_once(&redlock, RESOURCE, Duration::from_secs(1)).await;
     redlock.flush().await;
     let record = format!("quorlock:{}", quorlock::RECORD_SUFFIX);
     for node in &nodes {
@@ -465,11 +440,5 @@ async fn a_node_without_info_counts_and_records_nothing_empty() {
         assert!(!members.is_empty() || node.port() == nodes[2].port());
     }
     // A fresh client still counts all three.
-    client(&nodes)
-        .try_lock(RESOURCE, Duration::from_secs(1))
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    lock_once(&client(&nodes), RESOURCE, Duration::from_secs(1)).await;
 }

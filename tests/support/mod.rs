@@ -31,6 +31,19 @@ pub fn server_binary() -> String {
     std::env::var("QUORLOCK_TEST_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
 }
 
+/// One `try_lock` and `unlock` of `resource`, panicking with the error if
+/// either fails: for tests that need the lock taken once (a first contact,
+/// a client that has met the nodes).
+pub async fn lock_once(redlock: &quorlock::Redlock, resource: &str, ttl: Duration) {
+    let guard = redlock
+        .try_lock(resource, ttl)
+        .await
+        .unwrap_or_else(|err| panic!("lock {resource}: {err}"));
+    if let Err(err) = guard.unlock().await {
+        panic!("unlock {resource}: {err}");
+    }
+}
+
 /// `--enable-debug-command yes` for servers that know it (Redis 7.0 and
 /// later, Valkey); Redis 6.2 refuses the option and always allows `DEBUG`.
 fn debug_command_args() -> &'static [&'static str] {
