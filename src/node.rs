@@ -49,16 +49,15 @@ enum Call {
 /// A call timed out: skip node `index` and probe it with `PING` (each
 /// bounded by `timeout`) until it answers. Without a runtime to probe on, the
 /// node is not skipped.
-fn timed_out(standings: &Arc<Standings>, index: usize, link: Arc<Link>, timeout: Duration) {
+fn timed_out(standing: &Arc<Standing>, link: Arc<Link>, timeout: Duration) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    if !standings.skip(index) {
+    if !standing.standings.skip(standing.index) {
         return; // a probe is on its way
     }
     let probe = Probe {
-        standings: standings.clone(),
-        index,
+        standing: standing.clone(),
     };
     tracing::debug!(node = %probe.name(), "node timed out: skipped until it answers a PING");
     runtime.spawn(async move {
@@ -85,20 +84,28 @@ fn timed_out(standings: &Arc<Standings>, index: usize, link: Arc<Link>, timeout:
 /// The running probe of a skipped node: its end, however it comes, ends the
 /// skipping.
 struct Probe {
-    standings: Arc<Standings>,
-    index: usize,
+    standing: Arc<Standing>,
 }
 
 impl Probe {
     fn name(&self) -> String {
-        self.standings.name(self.index).to_owned()
+        self.standing.standings.name(self.standing.index).to_owned()
     }
 }
 
 impl Drop for Probe {
     fn drop(&mut self) {
-        self.standings.unskip(self.index);
+        self.standing.standings.unskip(self.standing.index);
     }
+}
+
+/// One node's place in its client's [`Standings`]. Each node has its own
+/// (`Arc`), so that calls to different nodes, cloning it, do not all count
+/// references on one shared cache line.
+#[derive(Debug)]
+struct Standing {
+    standings: Arc<Standings>,
+    index: usize,
 }
 
 /// One node of the lock. Cheap to share: calls clone the connection handle.
@@ -112,9 +119,8 @@ pub(crate) struct Node {
     connect_timeout: Duration,
     /// Set once the server refused `SET NX GET` (Redis < 7.0).
     legacy_set: Arc<AtomicBool>,
-    /// Whether its votes count (shared with the other nodes of the client).
-    standings: Arc<Standings>,
-    index: usize,
+    /// Whether its votes count (in the standings of all the client's nodes).
+    standing: Arc<Standing>,
     /// Where releases that timed out finish.
     background: Background,
 }
@@ -154,8 +160,7 @@ impl Node {
             timeout,
             connect_timeout,
             legacy_set,
-            standings,
-            index,
+            standing: Arc::new(Standing { standings, index }),
             background,
         }
     }
@@ -193,14 +198,14 @@ impl Node {
         Fut: Future<Output = Result<T, RedisError>> + Send + 'static,
         T: Send + 'static,
     {
-        let skipped = kind == Call::Vote && self.standings.is_skipped(self.index);
+        let skipped = kind == Call::Vote && self.standing.standings.is_skipped(self.standing.index);
         let name = self.name.clone();
         let timeout = if kind == Call::Read {
             self.connect_timeout
         } else {
             self.timeout
         };
-        let (link, standings, index) = (self.link.clone(), self.standings.clone(), self.index);
+        let (link, standing) = (self.link.clone(), self.standing.clone());
         let background = self.background.clone();
         async move {
             if skipped {
@@ -238,7 +243,7 @@ impl Node {
                 Ok(Err(kind)) => Err(NodeError::new(name, kind)),
                 Err(_) => {
                     if kind != Call::Read {
-                        timed_out(&standings, index, link, timeout);
+                        timed_out(&standing, link, timeout);
                     }
                     Err(NodeError::new(name, NodeErrorKind::Timeout(timeout)))
                 }
