@@ -54,7 +54,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     match guard.unlock().await? {
         Unlocked::Released => println!("released"),
         Unlocked::Expired => println!("it had expired before the release"),
-        _ => println!("released (other outcome)"),
     }
 
     // 2. Work longer than the TTL under `with_lock`: the lock is extended

@@ -36,7 +36,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, RedisError};
 use tokio::sync::oneshot;
 
-use crate::error::NodeErrorKind;
+use crate::answer::NodeErrorKind;
 
 /// How long a failed connection attempt answers calls with its error before
 /// the next attempt is made.
@@ -109,9 +109,7 @@ impl Link {
     fn state(&self) -> std::sync::MutexGuard<'_, (u64, State)> {
         // Every update replaces the state in one assignment: poisoning
         // cannot leave it half written.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::tasks::lock(&self.state)
     }
 
     /// The connection, connecting first if there is none (sharing an attempt
@@ -166,8 +164,9 @@ impl Link {
     /// ([`Launch::run`]): a runtime that is shutting down drops a new task
     /// at once, in `spawn`, and the task's drop locks the state.
     fn start_attempt(&self, state: &mut (u64, State)) -> Result<(u64, Attempt, Launch), Failure> {
-        let runtime =
-            tokio::runtime::Handle::try_current().map_err(|_| NodeErrorKind::NoRuntime)?;
+        if !crate::tasks::has_runtime() {
+            return Err(NodeErrorKind::NoRuntime);
+        }
         state.0 += 1;
         let id = state.0;
         let client = self.client.clone();
@@ -216,7 +215,7 @@ impl Link {
             }
         }
         .boxed();
-        Ok((id, attempt, Launch { runtime, task }))
+        Ok((id, attempt, Launch { task }))
     }
 
     /// Records how attempt `id` ended, unless a newer one replaced it.
@@ -263,7 +262,6 @@ impl Link {
 
 /// A connection attempt's task, to start once the link's state is unlocked.
 struct Launch {
-    runtime: tokio::runtime::Handle,
     task: futures::future::BoxFuture<'static, ()>,
 }
 
@@ -271,7 +269,7 @@ impl Launch {
     /// Starts the task (on a runtime that is shutting down, it is dropped
     /// at once and the attempt is abandoned).
     fn run(self) {
-        self.runtime.spawn(self.task);
+        crate::tasks::spawn(self.task);
     }
 }
 

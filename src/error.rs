@@ -1,24 +1,38 @@
-//! The error type: one enum for everything quorlock can report.
+//! The errors of the two kinds of call: [`BuildError`] for making a client
+//! (the options and the node list are wrong), [`enum@Error`] for using one
+//! (taking, extending, releasing a lock), with [`LostReason`].
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
+use crate::answer::NodeError;
 use crate::quorum::Votes;
-use crate::standing::NotCounted;
+
+/// How many characters of a resource name errors and logs show.
+const SHOWN_RESOURCE_CHARS: usize = 128;
+
+/// A resource name for errors and logs: lossy UTF-8, cut to 128 characters.
+pub(crate) fn show_resource(resource: &[u8]) -> String {
+    let text = String::from_utf8_lossy(resource);
+    if text.chars().count() <= SHOWN_RESOURCE_CHARS {
+        text.into_owned()
+    } else {
+        let mut cut: String = text.chars().take(SHOWN_RESOURCE_CHARS).collect();
+        cut.push('…');
+        cut
+    }
+}
 
 /// A `Result` whose error is [`enum@Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Everything that can go wrong when building a [`Redlock`](crate::Redlock),
-/// taking, extending or releasing a lock.
+/// Why a [`Redlock`](crate::Redlock) could not be built: an option or a node
+/// URL is wrong. Nothing was connected.
 ///
-/// Messages are lowercase and name the resource (never the lock token). Errors
-/// from a round carry the [`Votes`] and, as [`source()`](std::error::Error::source),
-/// the last [`NodeError`] seen in that round.
-#[derive(Debug, thiserror::Error)]
+/// `#[non_exhaustive]`: a new option may bring a new way to be wrong.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
+pub enum BuildError {
     /// No Redis node was given.
     #[error("no redis nodes were given")]
     NoNodes,
@@ -31,16 +45,6 @@ pub enum Error {
         url: String,
         /// Why it was refused.
         reason: String,
-    },
-
-    /// A TTL of zero, one too short to leave any validity after the clock-drift
-    /// allowance, or one longer than [`MAX_TTL`](crate::MAX_TTL).
-    #[error("invalid ttl {ttl:?}: {reason}")]
-    InvalidTtl {
-        /// The TTL that was given.
-        ttl: Duration,
-        /// Why it was refused.
-        reason: &'static str,
     },
 
     /// A clock-drift factor outside `[0, 1)` (or NaN).
@@ -58,8 +62,33 @@ pub enum Error {
         /// Why it was refused.
         reason: String,
     },
+}
 
-    /// The resource name is empty or longer than [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN).
+/// Everything that can go wrong when taking, extending or releasing a lock,
+/// or asking for its status.
+///
+/// Messages are lowercase and name the resource (never the lock token). Errors
+/// from a round carry the [`Votes`] and, as [`source()`](std::error::Error::source),
+/// the last [`NodeError`] seen in that round.
+///
+/// `#[non_exhaustive]`: lock kinds to come (read-write, several resources)
+/// may fail in ways of their own.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A TTL of zero, one too short to leave any validity after the clock-drift
+    /// allowance, or one longer than [`Redlock::MAX_TTL`](crate::Redlock::MAX_TTL).
+    #[error("invalid ttl {ttl:?}: {reason}")]
+    InvalidTtl {
+        /// The TTL that was given.
+        ttl: Duration,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+
+    /// The resource name is empty, longer than
+    /// [`Redlock::MAX_RESOURCE_LEN`](crate::Redlock::MAX_RESOURCE_LEN), or
+    /// maps to a key quorlock keeps for itself.
     #[error("invalid resource name: {reason}")]
     InvalidResource {
         /// Why it was refused.
@@ -168,9 +197,11 @@ pub enum Error {
 impl Error {
     /// [`Error::NoRuntime`] unless called within a tokio runtime.
     pub(crate) fn ensure_runtime() -> Result<()> {
-        tokio::runtime::Handle::try_current()
-            .map(drop)
-            .map_err(|_| Error::NoRuntime)
+        if crate::tasks::has_runtime() {
+            Ok(())
+        } else {
+            Err(Error::NoRuntime)
+        }
     }
 
     /// Whether the lock is held elsewhere ([`Error::Contended`]).
@@ -193,21 +224,17 @@ impl Error {
         matches!(self, Error::Misconfigured { .. })
     }
 
-    /// Whether the error comes from validating input or options, not from the nodes.
+    /// Whether the error comes from validating the call's input (its
+    /// resource name or TTL), not from the nodes.
     pub fn is_invalid_input(&self) -> bool {
         matches!(
             self,
-            Error::NoNodes
-                | Error::InvalidUrl { .. }
-                | Error::InvalidTtl { .. }
-                | Error::InvalidDriftFactor { .. }
-                | Error::InvalidOption { .. }
-                | Error::InvalidResource { .. }
+            Error::InvalidTtl { .. } | Error::InvalidResource { .. }
         )
     }
 
     /// The votes of the last round that did not count toward the quorum,
-    /// each with why (see [`NotCounted`]): grants of nodes recovering from a
+    /// each with why (see [`NotCounted`](crate::NotCounted)): grants of nodes recovering from a
     /// restart, or not checked yet. Empty when every vote counted.
     pub fn not_counted(&self) -> &[NodeError] {
         match self {
@@ -240,6 +267,9 @@ impl Error {
 }
 
 /// Why a held lock was lost.
+///
+/// `#[non_exhaustive]`: a guard that keeps itself extended in the
+/// background may come to report reasons of its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LostReason {
@@ -289,82 +319,6 @@ impl fmt::Display for LostReason {
     }
 }
 
-/// What went wrong on one node in one round. It counts as a vote against.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("node {node}: {kind}")]
-pub struct NodeError {
-    node: Arc<str>,
-    #[source]
-    kind: NodeErrorKind,
-}
-
-impl NodeError {
-    pub(crate) fn new(node: Arc<str>, kind: NodeErrorKind) -> Self {
-        NodeError { node, kind }
-    }
-
-    /// The node, as `host:port` (never with credentials).
-    pub fn node(&self) -> &str {
-        &self.node
-    }
-
-    /// What happened.
-    pub fn kind(&self) -> &NodeErrorKind {
-        &self.kind
-    }
-
-    /// Whether the node did not answer within the per-node timeout (now, or
-    /// last time, so that it was skipped).
-    pub fn is_timeout(&self) -> bool {
-        matches!(
-            self.kind,
-            NodeErrorKind::Timeout(_) | NodeErrorKind::ConnectTimeout(_)
-        ) || matches!(self.not_counted(), Some(NotCounted::Unresponsive { .. }))
-    }
-
-    /// Why the node's vote did not count, where that is the error (see
-    /// [`NotCounted`]).
-    pub fn not_counted(&self) -> Option<&NotCounted> {
-        match &self.kind {
-            NodeErrorKind::NotCounted(reason) => Some(&**reason),
-            _ => None,
-        }
-    }
-
-    /// Whether the node's grant did not count because it is recovering from a
-    /// restart.
-    pub fn is_recovering(&self) -> bool {
-        self.not_counted().is_some_and(NotCounted::is_recovering)
-    }
-}
-
-/// The kinds of [`NodeError`].
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum NodeErrorKind {
-    /// No answer within the per-node timeout.
-    #[error("no answer within {0:?}")]
-    Timeout(Duration),
-    /// The connection failed or the node answered with an error. Shown as the
-    /// node's own reply (`READONLY You can't write…`) where there is one.
-    #[error("{}", show_redis_error(.0))]
-    Redis(#[from] Arc<redis::RedisError>),
-    /// The node answered with something the protocol does not allow.
-    #[error("unexpected reply {0}")]
-    UnexpectedReply(String),
-    /// No connection could be made within the connect timeout.
-    #[error("could not connect within {0:?}")]
-    ConnectTimeout(Duration),
-    /// The node's vote does not count toward a quorum now: not checked yet,
-    /// unresponsive (then it was not even asked), or recovering from a
-    /// restart (asked, its grant not counted). Says why.
-    #[error("its vote does not count: {0}")]
-    NotCounted(Arc<NotCounted>),
-    /// The call was made outside a tokio runtime.
-    #[error("no tokio runtime: quorlock must be used within a tokio runtime")]
-    NoRuntime,
-}
-
 /// The grants that did not count, for an error message: empty, or `; not
 /// counted: node a: why; node b: why`.
 fn show_not_counted(not_counted: &[NodeError]) -> String {
@@ -378,13 +332,4 @@ fn show_not_counted(not_counted: &[NodeError]) -> String {
         shown.push_str(&err.to_string());
     }
     shown
-}
-
-/// A Redis error as the node said it (`CODE detail`), or as the `redis` crate
-/// describes a client-side failure.
-fn show_redis_error(err: &redis::RedisError) -> String {
-    match (err.code(), err.detail()) {
-        (Some(code), Some(detail)) => format!("{code} {detail}"),
-        _ => err.to_string(),
-    }
 }

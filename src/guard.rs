@@ -35,25 +35,13 @@ use std::time::{Duration, Instant};
 use futures::future::OptionFuture;
 use tracing::Instrument;
 
-use crate::error::{Error, LostReason, NodeError, Result};
+use crate::answer::NodeError;
+use crate::engine::{Engine, To};
+use crate::error::{Error, LostReason, Result, show_resource};
 use crate::queue::Place;
-use crate::quorum::ReleaseOutcome;
-use crate::redlock::{Inner, Ttl, show_resource};
+use crate::quorum::{Ttl, Unlocked};
+use crate::request::LockId;
 use crate::round::{Round, Until};
-
-/// How a successful [`LockGuard::unlock`] ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Unlocked {
-    /// The release removed our token from a quorum of nodes, or from every
-    /// node that held it among those that answered while too few stayed silent
-    /// to block anyone: the lock is free for others.
-    Released,
-    /// Too few nodes still held our token: the lock had already expired (or
-    /// been deleted) before the release. Not an error of the caller's making,
-    /// but a sign the critical section outlived its lock.
-    Expired,
-}
 
 /// A held lock.
 ///
@@ -66,10 +54,10 @@ pub enum Unlocked {
 /// work under [`run`](Self::run), which cancels it when the lock is lost.
 #[must_use = "dropping the guard releases the lock right away"]
 pub struct LockGuard {
-    inner: Arc<Inner>,
-    key: Arc<[u8]>,
+    engine: Arc<Engine>,
+    lock: LockId,
+    /// The resource name's length: the end of the key.
     resource_len: usize,
-    token: Arc<str>,
     ttl: Ttl,
     acquired_at: Instant,
     valid_until: Instant,
@@ -96,27 +84,23 @@ impl fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    /// The guard of a won round that started at `start`, with its fencing
-    /// token. Armed: it releases the keys when
-    /// dropped without `unlock`.
-    #[allow(clippy::too_many_arguments)]
+    /// The guard of `lock` (on a resource `resource_len` bytes long), won
+    /// by a round that started at `start`, with its fencing token. Armed:
+    /// it releases the keys when dropped without `unlock`.
     pub(crate) fn acquired(
-        inner: Arc<Inner>,
-        key: Arc<[u8]>,
+        engine: Arc<Engine>,
+        lock: LockId,
         resource_len: usize,
-        token: Arc<str>,
-        ttl: Ttl,
-        start: Instant,
+        (ttl, start): (Ttl, Instant),
         fencing_token: Option<u64>,
     ) -> Self {
         LockGuard {
-            inner,
-            key,
+            engine,
+            lock,
             resource_len,
-            token,
             ttl,
             acquired_at: start,
-            valid_until: start + (ttl.ttl - ttl.drift),
+            valid_until: ttl.valid_until(start),
             extensions: 0,
             lost: false,
             armed: true,
@@ -130,18 +114,18 @@ impl LockGuard {
 
     /// The resource name this lock is on.
     pub fn resource(&self) -> &[u8] {
-        let prefix_len = self.key.len() - self.resource_len;
-        &self.key[prefix_len..]
+        let prefix_len = self.lock.key.len() - self.resource_len;
+        &self.lock.key[prefix_len..]
     }
 
     /// The Redis key that holds the lock on each node (prefix + resource).
     pub fn key(&self) -> &[u8] {
-        &self.key
+        &self.lock.key
     }
 
     /// The TTL of the last successful acquisition or extension, in whole milliseconds.
     pub fn ttl(&self) -> Duration {
-        self.ttl.ttl
+        self.ttl.duration
     }
 
     /// When the lock was acquired (the start of the winning round).
@@ -214,18 +198,14 @@ impl LockGuard {
     /// at `start + ttl - drift` as above (nodes that received the request may
     /// have reset their key to `ttl`).
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
-        let ttl = self.inner.check_ttl(ttl)?;
+        let ttl = self.engine.ttl(ttl)?;
         Error::ensure_runtime()?;
         let span = tracing::debug_span!("quorlock.extend", resource = %self.shown_resource(), ttl_ms = ttl.millis);
         if self.lost || Instant::now() >= self.valid_until {
             return Err(self.lost_error(LostReason::Expired, None));
         }
         let start = self.begin_extension(ttl);
-        let round = self
-            .inner
-            .extend_round(&self.key, &self.token, ttl)
-            .instrument(span)
-            .await;
+        let round = self.engine.extend(&self.lock, ttl).instrument(span).await;
         self.apply_extension(round, start, ttl)
             .map_err(|(reason, source)| self.lost_error(reason, source))
     }
@@ -238,7 +218,7 @@ impl LockGuard {
     /// [`apply_extension`]: Self::apply_extension
     fn begin_extension(&mut self, ttl: Ttl) -> Instant {
         let start = Instant::now();
-        self.valid_until = self.valid_until.min(start + (ttl.ttl - ttl.drift));
+        self.valid_until = self.valid_until.min(ttl.valid_until(start));
         start
     }
 
@@ -252,18 +232,11 @@ impl LockGuard {
         start: Instant,
         ttl: Ttl,
     ) -> std::result::Result<(), (LostReason, Option<NodeError>)> {
-        let votes = round.votes;
-        let last_error = round.last_error.take();
+        let (votes, last_error) = round.tally();
         let finished = Instant::now();
-        tracing::debug!(
-            granted = votes.granted,
-            refused = votes.refused,
-            failed = votes.failed,
-            quorum = votes.quorum,
-            "extend round"
-        );
+        round.log("extend round");
         if votes.has_quorum() {
-            let new_valid_until = start + (ttl.ttl - ttl.drift);
+            let new_valid_until = ttl.valid_until(start);
             if finished < self.valid_until && finished < new_valid_until {
                 self.valid_until = new_valid_until;
                 self.ttl = ttl;
@@ -309,35 +282,20 @@ impl LockGuard {
         Error::ensure_runtime()?;
         let span = tracing::debug_span!("quorlock.unlock", resource = %self.shown_resource());
         let mut round = self
-            .inner
-            .release_round(
-                &self.key,
-                &self.token,
-                Until::QuorumOrAll,
-                Place::None,
-                None,
-            )
+            .engine
+            .release(&self.lock, Place::None, To::All, Until::QuorumOrAll)
             .instrument(span.clone())
             .await;
         self.armed = false;
-        let votes = round.votes;
-        let last_error = round.last_error.take();
-        span.in_scope(|| {
-            tracing::debug!(
-                released = votes.granted,
-                not_held = votes.refused,
-                failed = votes.failed,
-                quorum = votes.quorum,
-                "release round"
-            );
-        });
+        let (votes, last_error) = round.tally();
+        span.in_scope(|| round.log("release round"));
         match votes.release_outcome() {
-            ReleaseOutcome::Released => Ok(Unlocked::Released),
-            ReleaseOutcome::AlreadyExpired => {
+            Some(Unlocked::Released) => Ok(Unlocked::Released),
+            Some(Unlocked::Expired) => {
                 tracing::warn!(resource = %self.shown_resource(), "lock had expired before its release");
                 Ok(Unlocked::Expired)
             }
-            ReleaseOutcome::Unconfirmed => {
+            None => {
                 tracing::warn!(resource = %self.shown_resource(), %votes, "release unconfirmed");
                 Err(Error::ReleaseUnconfirmed {
                     resource: self.shown_resource(),
@@ -355,11 +313,11 @@ impl LockGuard {
 
     /// Whether automatic extension may extend at `at` without breaking the limits.
     fn may_extend_at(&self, at: Instant) -> bool {
-        let config = &self.inner.config;
+        let config = &self.engine.config;
         let under_count = config
             .max_extensions
             .is_none_or(|max| self.extensions < max);
-        let held_by_then = at.saturating_duration_since(self.acquired_at) + self.ttl.ttl;
+        let held_by_then = at.saturating_duration_since(self.acquired_at) + self.ttl.duration;
         under_count && held_by_then <= config.max_hold
     }
 
@@ -384,10 +342,9 @@ impl LockGuard {
     /// validity of its last successful extension.
     pub async fn run<F: Future>(&mut self, work: F) -> Result<F::Output> {
         Error::ensure_runtime()?;
-        type Extension = Pin<Box<dyn Future<Output = (Round, Instant)> + Send>>;
         let mut work = pin!(work);
-        let auto_extend = self.inner.config.auto_extend;
-        let retry_pause = (self.ttl.ttl / 20).max(self.inner.config.node_timeout);
+        let auto_extend = self.engine.config.auto_extend;
+        let retry_pause = (self.ttl.duration / 20).max(self.engine.config.node_timeout);
         let mut extension: Option<Extension> = None;
         let mut retry_at: Option<Instant> = None;
         let mut last_failure: Option<(LostReason, Option<NodeError>)> = None;
@@ -399,66 +356,70 @@ impl LockGuard {
             let valid_until = self.valid_until;
             let renew_at = retry_at.unwrap_or_else(|| {
                 valid_until
-                    .checked_sub(self.ttl.ttl / 3)
+                    .checked_sub(self.ttl.duration / 3)
                     .unwrap_or(valid_until)
             });
             let can_extend = auto_extend && extension.is_none() && self.may_extend_at(renew_at);
             tokio::select! {
                 biased;
                 _ = tokio::time::sleep_until(valid_until.into()) => {
-                    let (reason, source) = last_failure.take().unwrap_or_else(|| {
-                        if auto_extend && !self.may_extend_at(renew_at) {
-                            (LostReason::LimitReached, None)
-                        } else {
-                            (LostReason::Expired, None)
-                        }
-                    });
-                    return Err(self.lost_error(reason, source));
+                    return Err(self.ran_out(last_failure.take(), renew_at));
                 }
                 Some((round, start)) = OptionFuture::from(extension.as_mut()), if extension.is_some() => {
                     extension = None;
                     let ttl = self.ttl;
-                    match self.apply_extension(round, start, ttl) {
-                        Ok(()) => {
-                            retry_at = None;
-                            last_failure = None;
-                        }
-                        Err(failure) => {
-                            retry_at = Some(Instant::now() + retry_pause);
-                            last_failure = Some(failure);
-                        }
-                    }
+                    last_failure = self.apply_extension(round, start, ttl).err();
+                    retry_at = last_failure.is_some().then(|| Instant::now() + retry_pause);
                 }
                 output = &mut work => return Ok(output),
                 _ = tokio::time::sleep_until(renew_at.into()), if can_extend => {
-                    let inner = self.inner.clone();
-                    let key = self.key.clone();
-                    let token = self.token.clone();
-                    let ttl = self.ttl;
-                    let start = self.begin_extension(ttl);
-                    extension = Some(Box::pin(async move {
-                        (inner.extend_round(&key, &token, ttl).await, start)
-                    }));
+                    extension = Some(self.start_extension());
                 }
             }
         }
     }
+
+    /// The error when `run`'s validity ran out: the last extension's
+    /// failure, or why no extension was made.
+    fn ran_out(
+        &self,
+        last_failure: Option<(LostReason, Option<NodeError>)>,
+        renew_at: Instant,
+    ) -> Error {
+        let (reason, source) = last_failure.unwrap_or_else(|| {
+            if self.engine.config.auto_extend && !self.may_extend_at(renew_at) {
+                (LostReason::LimitReached, None)
+            } else {
+                (LostReason::Expired, None)
+            }
+        });
+        self.lost_error(reason, source)
+    }
+
+    /// Starts an automatic extension to the guard's TTL (its validity is
+    /// capped at once: see [`begin_extension`](Self::begin_extension)).
+    fn start_extension(&mut self) -> Extension {
+        let (engine, lock, ttl) = (self.engine.clone(), self.lock.clone(), self.ttl);
+        let start = self.begin_extension(ttl);
+        Box::pin(async move { (engine.extend(&lock, ttl).await, start) })
+    }
 }
+
+/// An extension round under way in [`LockGuard::run`], with its start.
+type Extension = Pin<Box<dyn Future<Output = (Round, Instant)> + Send>>;
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if !self.armed {
             return;
         }
-        let inner = self.inner.clone();
-        let key = self.key.clone();
-        let token = self.token.clone();
+        let (engine, lock) = (self.engine.clone(), self.lock.clone());
         let release = async move {
-            inner
-                .release_round(&key, &token, Until::QuorumOrAll, Place::None, None)
+            engine
+                .release(&lock, Place::None, To::All, Until::QuorumOrAll)
                 .await;
         };
-        if !self.inner.background.spawn(release) {
+        if !self.engine.background.spawn(release) {
             tracing::warn!(
                 resource = %self.shown_resource(),
                 "lock guard dropped outside a tokio runtime; its keys expire by their ttl"

@@ -7,30 +7,49 @@
 //!
 //! ## A tour
 //!
-//! - [`Redlock`] (`redlock.rs`): the client. [`lock`](Redlock::lock),
-//!   [`try_lock`](Redlock::try_lock), [`with_lock`](Redlock::with_lock), and
-//!   [`flush`](Redlock::flush), which waits for the releases it runs in the
-//!   background (`background.rs` counts them).
-//! - [`RedlockBuilder`] (`builder.rs`): options, defaults, validation.
-//! - [`LockGuard`] (`guard.rs`): a held lock. [`extend`](LockGuard::extend),
-//!   [`unlock`](LockGuard::unlock), [`forget`](LockGuard::forget), and
-//!   [`run`](LockGuard::run), the timeout guard that cancels work when the lock
-//!   is lost.
-//! - `quorum.rs`: the pure arithmetic (quorum, drift, validity, jitter) and
-//!   [`Votes`]; `round.rs`: one parallel round to all nodes; `node.rs`: one
-//!   node's calls, each bounded, and the probe of a node that timed out;
-//!   `connection.rs`: one node's connection (the connect timeout, reconnects);
-//!   `scripts.rs`: the Lua; `standing.rs`: whose votes count ([`NotCounted`]:
-//!   unchecked, unresponsive, recovering from a restart), the check every
-//!   connection passes (the same server listed twice, replicas, restarts),
-//!   with the restart safety argument;
-//!   `queue.rs`: the queue of waiters on the nodes, which serves `lock`
-//!   callers of every client in about the order they came (fairness across
-//!   processes), with its safety argument; `notify.rs`: the handoff
-//!   notifications that wake the next waiter (pub/sub).
-//! - [`LockStatus`] (`status.rs`): what each node holds, for operators.
-//! - [`enum@Error`] (`error.rs`): one error type, with [`Votes`],
-//!   [`LostReason`] and [`NodeError`].
+//! In the order a lock call's data flows through the files:
+//!
+//! 1. `redlock.rs`: [`Redlock`], the public client, a thin face: it checks
+//!    the call's input and forwards ([`lock`](Redlock::lock),
+//!    [`try_lock`](Redlock::try_lock), [`with_lock`](Redlock::with_lock),
+//!    [`status`](Redlock::status), [`flush`](Redlock::flush)), and makes a
+//!    client from a builder ([`RedlockBuilder::build`]).
+//! 2. `config.rs`: [`RedlockBuilder`], the options with their defaults as
+//!    associated constants, checked into the `Config` the engine runs on
+//!    ([`BuildError`] when one is wrong).
+//! 3. `engine.rs`: what every clone and guard share (nodes, configuration,
+//!    standings, notifications, background work) and the one way to ask the
+//!    nodes: send one request to every node and tally the answers.
+//! 4. `acquire.rs`: the acquire loop as named steps: take the turn, make
+//!    the round, fence it, or clean it up and pause. A round in flight is a
+//!    private guard that becomes a [`LockGuard`] only when it wins.
+//! 5. `guard.rs`: [`LockGuard`], the held lock: [`extend`](LockGuard::extend),
+//!    [`unlock`](LockGuard::unlock), [`forget`](LockGuard::forget), and
+//!    [`run`](LockGuard::run), the timeout guard that cancels work when the
+//!    lock is lost, with the argument for why a guard is never valid after
+//!    its keys.
+//! 6. `request.rs`: what a round asks each node (acquire, wait in the
+//!    queue, extend, fencing write-back, release, inspect) and the lock's
+//!    identity (key and token).
+//! 7. `round.rs`: one parallel round, tallied as answers arrive, ended as
+//!    soon as its outcome is known; stragglers finish in the background.
+//! 8. `node.rs`: one node's calls, each bounded by the per-node timeout, and
+//!    the probe of a node that timed out; `connection.rs`: its connection
+//!    (the connect timeout, reconnects); `standing.rs`: whose votes count
+//!    ([`NotCounted`]: unchecked, unresponsive, recovering from a restart)
+//!    and the check every connection passes, with the restart safety
+//!    argument; `scripts.rs`: the Lua.
+//! 9. `queue.rs`: the queue of waiters on the nodes (fairness across
+//!    processes), with its safety argument; `notify.rs`: the handoff
+//!    notifications that wake the next waiter.
+//! 10. At the bottom, used by all: `answer.rs` (a node's answer,
+//!     [`NodeError`]), `quorum.rs` (the pure arithmetic: quorum, drift,
+//!     validity, jitter, [`Votes`], [`Unlocked`]), `error.rs` ([`enum@Error`],
+//!     [`LostReason`]), `status.rs` ([`LockStatus`]) and `tasks.rs`
+//!     (spawning, the counted background work).
+//!
+//! Each file uses only files below it in the import order
+//! (`scripts/check-structure.sh` checks that there is no circle).
 //!
 //! ## Quick start
 //!
@@ -38,7 +57,7 @@
 //! use std::time::Duration;
 //! use quorlock::Redlock;
 //!
-//! # async fn demo() -> Result<(), quorlock::Error> {
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let redlock = Redlock::new([
 //!     "redis://127.0.0.1:7001",
 //!     "redis://127.0.0.1:7002",
@@ -93,7 +112,7 @@
 //! (only its process hears it). The queue only ever withholds a grant:
 //! no node ever sets the key over another token, so mutual exclusion rests
 //! on the quorum as before. A waiter that dies stops blocking the others
-//! within [`WAITER_LIFETIME`]; one whose `lock` future is dropped leaves at
+//! within [`Redlock::WAITER_LIFETIME`]; one whose `lock` future is dropped leaves at
 //! once. `queue.rs` has the mechanism and its safety and liveness argument.
 //!
 //! A `lock` call's **patience** is time: it gives up once
@@ -213,33 +232,34 @@
 //!
 #![warn(missing_docs)]
 
-mod background;
-mod builder;
+mod answer;
+mod quorum;
+mod tasks;
+
 mod connection;
 mod error;
-mod guard;
 mod node;
 mod notify;
 mod queue;
-mod quorum;
-mod redlock;
+mod request;
 mod round;
 mod scripts;
 mod standing;
 mod status;
 
-pub use builder::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_FENCING_COUNTER_KEY, DEFAULT_KEY_PREFIX,
-    DEFAULT_MAX_HOLD, DEFAULT_NODE_TIMEOUT, DEFAULT_RESTART_GRACE, DEFAULT_RETRY_COUNT,
-    DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER, RedlockBuilder,
-};
-pub use error::{Error, LostReason, NodeError, NodeErrorKind, Result};
-pub use guard::{LockGuard, Unlocked};
-pub use queue::{REFRESH_INTERVAL, WAITER_LIFETIME};
-pub use quorum::{MAX_TTL, Votes};
-pub use redlock::{MAX_RESOURCE_LEN, Redlock};
-pub use standing::{NotCounted, RECORD_SUFFIX};
-pub use status::{LockStatus, NodeState, NodeStatus, TOKEN_PREFIX_LEN};
+mod acquire;
+mod config;
+mod engine;
+mod guard;
+mod redlock;
+
+pub use answer::{NodeError, NodeErrorKind, NotCounted};
+pub use config::RedlockBuilder;
+pub use error::{BuildError, Error, LostReason, Result};
+pub use guard::LockGuard;
+pub use quorum::{Unlocked, Votes};
+pub use redlock::Redlock;
+pub use status::{LockStatus, NodeState, NodeStatus};
 
 #[cfg(test)]
 mod bounds {

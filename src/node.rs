@@ -13,6 +13,7 @@
 use std::future::Future;
 
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -20,20 +21,20 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{Client, RedisError, Value};
 
-use crate::background::Background;
+use crate::answer::{Answer, NodeError, NodeErrorKind, NotCounted};
 use crate::connection::{self, Link};
-use crate::error::{NodeError, NodeErrorKind};
 use crate::queue::{self, Place};
-use crate::round::Reply;
+use crate::request::{LockId, Request};
 use crate::scripts;
-use crate::standing::{NotCounted, Standings};
+use crate::standing::Standings;
+use crate::tasks::{self, Background};
 
 /// How long a cleanup call that timed out keeps going in the background.
 const CLEANUP_LINGER: Duration = Duration::from_secs(10);
 
 /// What a call is for, which decides its bound and how it treats a slow node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Call {
+enum Purpose {
     /// Asks for a vote (acquire, extend, fencing write-back): skipped while
     /// the node is unresponsive.
     Vote,
@@ -50,9 +51,9 @@ enum Call {
 /// bounded by `timeout`) until it answers. Without a runtime to probe on, the
 /// node is not skipped.
 fn timed_out(standing: &Arc<Standing>, link: Arc<Link>, timeout: Duration) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+    if !tasks::has_runtime() {
         return;
-    };
+    }
     if !standing.standings.skip(standing.index) {
         return; // a probe is on its way
     }
@@ -60,7 +61,7 @@ fn timed_out(standing: &Arc<Standing>, link: Arc<Link>, timeout: Duration) {
         standing: standing.clone(),
     };
     tracing::debug!(node = %probe.name(), "node timed out: skipped until it answers a PING");
-    runtime.spawn(async move {
+    tasks::spawn(async move {
         let probe = probe;
         loop {
             let ping = async {
@@ -113,7 +114,6 @@ struct Standing {
 pub(crate) struct Node {
     /// `host:port` (or the socket path), for errors and logs; never credentials.
     name: Arc<str>,
-    client: Client,
     link: Arc<Link>,
     timeout: Duration,
     connect_timeout: Duration,
@@ -140,23 +140,12 @@ impl Node {
         let check: connection::Check = {
             let (standings, legacy_set) = (standings.clone(), legacy_set.clone());
             Arc::new(move |connection| {
-                let (standings, legacy_set) = (standings.clone(), legacy_set.clone());
-                async move {
-                    let major = standings.check(index, connection).await?;
-                    // Before Redis 7.0, `SET NX GET` is refused: start with
-                    // `SET NX PX` rather than pay a refused round trip.
-                    if major.is_some_and(|major| major < 7) {
-                        legacy_set.store(true, Ordering::Relaxed);
-                    }
-                    Ok(())
-                }
-                .boxed()
+                check(standings.clone(), index, connection, legacy_set.clone()).boxed()
             })
         };
         Node {
             name: standings.name(index).into(),
-            link: Link::new(client.clone(), connect_timeout, check),
-            client,
+            link: Link::new(client, connect_timeout, check),
             timeout,
             connect_timeout,
             legacy_set,
@@ -182,15 +171,15 @@ impl Node {
 
     /// Runs `call` on this node's connection (connecting first if needed),
     /// bounded by the per-node timeout (the connect timeout for
-    /// [`Call::Read`]).
+    /// [`Purpose::Read`]).
     ///
-    /// A [`Call::Vote`] is not sent to a skipped node. A [`Call::Cleanup`]
+    /// A [`Purpose::Vote`] is not sent to a skipped node. A [`Purpose::Cleanup`]
     /// that times out is not dropped but finishes in the background (for up
     /// to [`CLEANUP_LINGER`]): the `redis` crate skips a queued request whose
     /// caller went away, and a release must not be lost to a busy connection.
     fn bounded<T, F, Fut>(
         &self,
-        kind: Call,
+        kind: Purpose,
         call: F,
     ) -> impl Future<Output = Result<T, NodeError>> + Send + 'static
     where
@@ -198,9 +187,10 @@ impl Node {
         Fut: Future<Output = Result<T, RedisError>> + Send + 'static,
         T: Send + 'static,
     {
-        let skipped = kind == Call::Vote && self.standing.standings.is_skipped(self.standing.index);
+        let skipped =
+            kind == Purpose::Vote && self.standing.standings.is_skipped(self.standing.index);
         let name = self.name.clone();
-        let timeout = if kind == Call::Read {
+        let timeout = if kind == Purpose::Read {
             self.connect_timeout
         } else {
             self.timeout
@@ -215,20 +205,8 @@ impl Node {
                     NodeErrorKind::NotCounted(Arc::new(reason)),
                 ));
             }
-            let work = {
-                let link = link.clone();
-                async move {
-                    let handle = link.connection().await?;
-                    let answer = call(handle.connection.clone()).await;
-                    if let Err(err) = &answer
-                        && connection::is_broken(err)
-                    {
-                        link.broken(&handle);
-                    }
-                    answer.map_err(|err| NodeErrorKind::Redis(Arc::new(err)))
-                }
-            };
-            let answer = if kind == Call::Cleanup {
+            let work = on_link(link.clone(), call);
+            let answer = if kind == Purpose::Cleanup {
                 let mut pending = Box::pin(work);
                 let answer = tokio::time::timeout(timeout, &mut pending).await;
                 if answer.is_err() {
@@ -242,7 +220,7 @@ impl Node {
                 Ok(Ok(value)) => Ok(value),
                 Ok(Err(kind)) => Err(NodeError::new(name, kind)),
                 Err(_) => {
-                    if kind != Call::Read {
+                    if kind != Purpose::Read {
                         timed_out(&standing, link, timeout);
                     }
                     Err(NodeError::new(name, NodeErrorKind::Timeout(timeout)))
@@ -251,23 +229,82 @@ impl Node {
         }
     }
 
+    /// Sends `request` to this node; the answer comes within the call's
+    /// bound (the per-node timeout; the connect timeout for a read).
+    pub(crate) fn send(&self, request: &Request) -> BoxFuture<'static, Answer> {
+        match request {
+            Request::Acquire {
+                lock,
+                ttl_ms,
+                counter_key: None,
+            } => self
+                .acquire(lock.clone(), *ttl_ms)
+                .map(Answer::from)
+                .boxed(),
+            Request::Acquire {
+                lock,
+                ttl_ms,
+                counter_key: Some(counter_key),
+            } => self
+                .acquire_fenced(lock.clone(), counter_key.clone(), *ttl_ms)
+                .boxed(),
+            Request::Wait {
+                lock,
+                ttl_ms,
+                counter_key,
+                waiter,
+                ticket,
+            } => self
+                .wait_turn(
+                    lock.clone(),
+                    *ttl_ms,
+                    counter_key.clone(),
+                    waiter.clone(),
+                    *ticket,
+                )
+                .boxed(),
+            Request::Extend { lock, ttl_ms } => self
+                .script(&scripts::EXTEND, Purpose::Vote, lock, None, Some(*ttl_ms))
+                .map(Answer::from)
+                .boxed(),
+            Request::WriteBack {
+                lock,
+                counter_key,
+                fencing_token,
+            } => self
+                .script(
+                    &scripts::FENCE_WRITE_BACK,
+                    Purpose::Vote,
+                    lock,
+                    Some(counter_key.clone()),
+                    Some(*fencing_token),
+                )
+                .map(Answer::from)
+                .boxed(),
+            Request::Release { lock, place } => self
+                .release(lock.clone(), place.clone())
+                .map(Answer::from)
+                .boxed(),
+            Request::Inspect { key } => self.inspect(key.clone()).boxed(),
+        }
+    }
+
     /// `SET key token NX GET PX ttl_ms`: `Ok(true)` when set, `Ok(false)` when
     /// the key exists. Unlike a bare `SET NX`, a key of another type under the
     /// lock name is reported (`WRONGTYPE`) instead of passing for another
     /// holder. Servers older than Redis 7.0 refuse `NX` with `GET`; for them
     /// the node falls back to `SET NX PX` from then on.
-    pub(crate) fn acquire(
+    fn acquire(
         &self,
-        key: Arc<[u8]>,
-        token: Arc<str>,
+        lock: LockId,
         ttl_ms: u64,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
         let name = self.name.clone();
         let legacy = self.legacy_set.clone();
-        let call = self.bounded(Call::Vote, move |mut connection| async move {
+        let call = self.bounded(Purpose::Vote, move |mut connection| async move {
             let set = |with_get: bool| {
                 let mut cmd = redis::cmd("SET");
-                cmd.arg(&*key).arg(&*token).arg("NX");
+                cmd.arg(&*lock.key).arg(&*lock.token).arg("NX");
                 if with_get {
                     cmd.arg("GET");
                 }
@@ -276,10 +313,7 @@ impl Node {
             };
             if !legacy.load(Ordering::Relaxed) {
                 match set(true).query_async::<Value>(&mut connection).await {
-                    Err(err)
-                        if err.code() == Some("ERR")
-                            && err.detail().is_some_and(|d| d.contains("syntax")) =>
-                    {
+                    Err(err) if is_syntax_error(&err) => {
                         tracing::debug!(
                             "SET NX GET refused (Redis < 7.0): using SET NX on this node"
                         );
@@ -303,91 +337,50 @@ impl Node {
         }
     }
 
-    /// The fenced acquire script: `Ok(Reply::Granted(Some(counter)))` when set,
-    /// with the node's incremented fencing counter; `Ok(Reply::Refused)` when
-    /// the key exists.
-    pub(crate) fn acquire_fenced(
+    /// The fenced acquire script: granted with the node's incremented
+    /// fencing counter when set; refused when the key exists.
+    fn acquire_fenced(
         &self,
-        key: Arc<[u8]>,
+        lock: LockId,
         counter_key: Arc<[u8]>,
-        token: Arc<str>,
         ttl_ms: u64,
-    ) -> impl Future<Output = Result<Reply, NodeError>> + Send + 'static {
+    ) -> impl Future<Output = Answer> + Send + 'static {
         let name = self.name.clone();
-        let call = self.bounded(Call::Vote, move |mut connection| async move {
+        let call = self.bounded(Purpose::Vote, move |mut connection| async move {
             scripts::ACQUIRE_FENCED
-                .key(&*key)
+                .key(&*lock.key)
                 .key(&*counter_key)
-                .arg(&*token)
+                .arg(&*lock.token)
                 .arg(ttl_ms)
                 .invoke_async::<Value>(&mut connection)
                 .await
         });
         async move {
-            match call.await? {
-                Value::Int(0) => Ok(Reply::Refused),
-                Value::Int(counter) if counter > 0 => {
-                    Ok(Reply::Granted(u64::try_from(counter).ok()))
+            match call.await {
+                Ok(Value::Int(0)) => Answer::Refused(None),
+                Ok(Value::Int(counter)) if counter > 0 => {
+                    Answer::Granted(u64::try_from(counter).ok())
                 }
-                other => Err(unexpected(name, &other)),
+                Ok(other) => Answer::Failed(unexpected(name, &other)),
+                Err(err) => Answer::Failed(err),
             }
         }
-    }
-
-    /// The fencing write-back: `Ok(true)` when our key was there and the
-    /// node's counter is now at least `fencing_token`.
-    pub(crate) fn fence_write_back(
-        &self,
-        key: Arc<[u8]>,
-        counter_key: Arc<[u8]>,
-        token: Arc<str>,
-        fencing_token: u64,
-    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
-        self.script(
-            &scripts::FENCE_WRITE_BACK,
-            Call::Vote,
-            [key, counter_key],
-            token,
-            Some(fencing_token),
-        )
-    }
-
-    /// The extend script: `Ok(true)` when our key's TTL was reset to `ttl_ms`.
-    pub(crate) fn extend(
-        &self,
-        key: Arc<[u8]>,
-        token: Arc<str>,
-        ttl_ms: u64,
-    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
-        self.script(&scripts::EXTEND, Call::Vote, [key], token, Some(ttl_ms))
     }
 
     /// The release script: `Ok(true)` when the key held our token (it is
     /// then handed on to the first waiter, or deleted). `place` says what
     /// becomes of a waiter's entry (see [`Place`]).
-    pub(crate) fn release(
+    fn release(
         &self,
-        key: Arc<[u8]>,
-        token: Arc<str>,
+        lock: LockId,
         place: Place,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
         let name = self.name.clone();
         // Always sent: a node that was slow may still hold our key.
-        let call = self.bounded(Call::Cleanup, move |mut connection| async move {
+        let call = self.bounded(Purpose::Cleanup, move |mut connection| async move {
             let mut invocation = scripts::RELEASE.prepare_invoke();
-            invocation.key(&*key).arg(&*token);
-            match &place {
-                Place::None => {}
-                Place::Keep(waiter, ticket) => {
-                    invocation
-                        .arg(&**waiter)
-                        .arg(*ticket)
-                        .arg(queue::lifetime_ms());
-                }
-                Place::Leave(waiter) => {
-                    invocation.arg(&**waiter).arg(-1).arg(queue::lifetime_ms());
-                }
-            }
+            invocation.key(&*lock.key).arg(&*lock.token);
+            place_args(&mut invocation, &place);
             invocation.invoke_async::<Value>(&mut connection).await
         });
         async move { yes_or_no(name, call.await?) }
@@ -396,26 +389,24 @@ impl Node {
     /// One waiting round on this node (the queue script): granted (with the
     /// fencing counter when `counter_key` is given), or queued under the
     /// ticket the node answers. `ticket` 0 joins at the back.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn wait_turn(
+    fn wait_turn(
         &self,
-        key: Arc<[u8]>,
-        counter_key: Option<Arc<[u8]>>,
-        token: Arc<str>,
+        lock: LockId,
         ttl_ms: u64,
+        counter_key: Option<Arc<[u8]>>,
         waiter: Arc<str>,
         ticket: u64,
-    ) -> impl Future<Output = Result<Reply, NodeError>> + Send + 'static {
+    ) -> impl Future<Output = Answer> + Send + 'static {
         let name = self.name.clone();
         let fenced = counter_key.is_some();
-        let call = self.bounded(Call::Vote, move |mut connection| async move {
+        let call = self.bounded(Purpose::Vote, move |mut connection| async move {
             let mut invocation = scripts::WAIT.prepare_invoke();
-            invocation.key(&*key);
+            invocation.key(&*lock.key);
             if let Some(counter_key) = &counter_key {
                 invocation.key(&**counter_key);
             }
             invocation
-                .arg(&*token)
+                .arg(&*lock.token)
                 .arg(ttl_ms)
                 .arg(&*waiter)
                 .arg(ticket)
@@ -423,14 +414,15 @@ impl Node {
             invocation.invoke_async::<(i64, i64)>(&mut connection).await
         });
         async move {
-            match call.await? {
-                (1, _) if !fenced => Ok(Reply::Granted(None)),
-                (1, counter) if counter > 0 => Ok(Reply::Granted(u64::try_from(counter).ok())),
-                (0, ticket) if ticket > 0 => Ok(Reply::Queued(ticket.unsigned_abs())),
-                (granted, number) => Err(unexpected(
+            match call.await {
+                Ok((1, _)) if !fenced => Answer::Granted(None),
+                Ok((1, counter)) if counter > 0 => Answer::Granted(u64::try_from(counter).ok()),
+                Ok((0, ticket)) if ticket > 0 => Answer::Refused(Some(ticket.unsigned_abs())),
+                Ok((granted, number)) => Answer::Failed(unexpected(
                     name,
                     &Value::Array(vec![Value::Int(granted), Value::Int(number)]),
                 )),
+                Err(err) => Answer::Failed(err),
             }
         }
     }
@@ -442,7 +434,7 @@ impl Node {
         record_key: Arc<[u8]>,
         run_id: Arc<str>,
     ) -> impl Future<Output = Result<(), NodeError>> + Send + 'static {
-        let call = self.bounded(Call::Read, move |mut connection| async move {
+        let call = self.bounded(Purpose::Read, move |mut connection| async move {
             redis::cmd("SADD")
                 .arg(&*record_key)
                 .arg(&*run_id)
@@ -452,29 +444,24 @@ impl Node {
         call.map(|answer| answer.map(drop))
     }
 
-    /// The holder's token and remaining TTL (ms) of `key`, or `None` when absent.
-    pub(crate) fn inspect(
-        &self,
-        key: Arc<[u8]>,
-    ) -> impl Future<Output = Result<Option<(String, i64)>, NodeError>> + Send + 'static {
-        let call = self.bounded(Call::Read, move |mut connection| async move {
+    /// The holder's token and remaining TTL (ms) of `key`: `Holds`, or
+    /// `Refused` when the key is absent.
+    fn inspect(&self, key: Arc<[u8]>) -> impl Future<Output = Answer> + Send + 'static {
+        let call = self.bounded(Purpose::Read, move |mut connection| async move {
             scripts::INSPECT
                 .key(&*key)
                 .invoke_async::<Option<(Vec<u8>, i64)>>(&mut connection)
                 .await
         });
         // A foreign value need not be UTF-8; ours always is.
-        call.map(|answer| {
-            answer.map(|held| {
-                held.map(|(token, pttl)| (String::from_utf8_lossy(&token).into_owned(), pttl))
-            })
+        call.map(|answer| match answer {
+            Ok(Some((token, pttl_ms))) => Answer::Holds {
+                token: String::from_utf8_lossy(&token).into_owned(),
+                pttl_ms,
+            },
+            Ok(None) => Answer::Refused(None),
+            Err(err) => Answer::Failed(err),
         })
-    }
-
-    /// The node's `redis::Client`, for connections other than the lock's own
-    /// (the pub/sub connection of release notifications).
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
     }
 
     /// `host:port` of this node.
@@ -482,23 +469,26 @@ impl Node {
         &self.name
     }
 
-    /// Runs a script that answers 1 (yes) or 0 (no) with `KEYS` = `keys`
-    /// and `ARGV` = the token, then `number` if given.
-    fn script<const KEYS: usize>(
+    /// Runs a script that answers 1 (yes) or 0 (no) with `KEYS` = the
+    /// lock's key (and `second_key`), and `ARGV` = its token, then `number`
+    /// if given.
+    fn script(
         &self,
         script: &'static redis::Script,
-        kind: Call,
-        keys: [Arc<[u8]>; KEYS],
-        token: Arc<str>,
+        kind: Purpose,
+        lock: &LockId,
+        second_key: Option<Arc<[u8]>>,
         number: Option<u64>,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
         let name = self.name.clone();
+        let lock = lock.clone();
         let call = self.bounded(kind, move |mut connection| async move {
             let mut invocation = script.prepare_invoke();
-            for key in &keys {
+            invocation.key(&*lock.key);
+            if let Some(key) = &second_key {
                 invocation.key(&**key);
             }
-            invocation.arg(&*token);
+            invocation.arg(&*lock.token);
             if let Some(number) = number {
                 invocation.arg(number);
             }
@@ -506,6 +496,61 @@ impl Node {
         });
         async move { yes_or_no(name, call.await?) }
     }
+}
+
+/// Checks a new connection to node `index` (see `standing.rs`). Before
+/// Redis 7.0, `SET NX GET` is refused: such a node starts with `SET NX PX`
+/// rather than pay a refused round trip.
+async fn check(
+    standings: Arc<Standings>,
+    index: usize,
+    connection: MultiplexedConnection,
+    legacy_set: Arc<AtomicBool>,
+) -> Result<(), NodeErrorKind> {
+    let major = standings.check(index, connection).await?;
+    if major.is_some_and(|major| major < 7) {
+        legacy_set.store(true, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Runs `call` on `link`'s connection (connecting first if needed); a call
+/// that shows the connection broken marks it so.
+async fn on_link<T, F, Fut>(link: Arc<Link>, call: F) -> Result<T, NodeErrorKind>
+where
+    F: FnOnce(MultiplexedConnection) -> Fut,
+    Fut: Future<Output = Result<T, RedisError>>,
+{
+    let handle = link.connection().await?;
+    let answer = call(handle.connection.clone()).await;
+    if let Err(err) = &answer
+        && connection::is_broken(err)
+    {
+        link.broken(&handle);
+    }
+    answer.map_err(|err| NodeErrorKind::Redis(Arc::new(err)))
+}
+
+/// The release script's arguments for a waiter's entry (none for `Place::None`).
+fn place_args(invocation: &mut redis::ScriptInvocation<'_>, place: &Place) {
+    match place {
+        Place::None => {}
+        Place::Keep(waiter, ticket) => {
+            invocation
+                .arg(&**waiter)
+                .arg(*ticket)
+                .arg(queue::lifetime_ms());
+        }
+        Place::Leave(waiter) => {
+            invocation.arg(&**waiter).arg(-1).arg(queue::lifetime_ms());
+        }
+    }
+}
+
+/// Whether `err` is the syntax error with which a server older than Redis
+/// 7.0 refuses `SET NX GET`.
+fn is_syntax_error(err: &RedisError) -> bool {
+    err.code() == Some("ERR") && err.detail().is_some_and(|detail| detail.contains("syntax"))
 }
 
 /// A script's 1 (yes) or 0 (no).

@@ -28,6 +28,8 @@ use futures::StreamExt;
 use redis::Client;
 use tokio::sync::{mpsc, watch};
 
+use crate::tasks;
+
 /// The pause before reopening a pub/sub connection that failed.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 
@@ -110,16 +112,16 @@ impl Notifications {
     /// Starts a node's task where there is none or it ended (with the
     /// runtime that ran it).
     fn ensure_tasks(&self) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        if !tasks::has_runtime() {
             return;
-        };
+        }
         for (index, (client, task)) in self.clients.iter().zip(&self.tasks).enumerate() {
-            let mut task = task.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut task = tasks::lock(task);
             if task.as_ref().is_some_and(|sender| !sender.is_closed()) {
                 continue;
             }
             let (sender, closed) = mpsc::unbounded_channel();
-            runtime.spawn(listen_to_node(
+            tasks::spawn(listen_to_node(
                 index,
                 client.clone(),
                 self.connect_timeout,
@@ -135,9 +137,7 @@ impl Notifications {
 /// The map of waiters; each update is a single insert or remove, so a panic
 /// elsewhere cannot leave it half written.
 fn lock(wanted: &Wanted) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Reserved>> {
-    wanted
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    tasks::lock(wanted)
 }
 
 impl Listening {
@@ -229,6 +229,41 @@ async fn listen_to_node(
         tokio::select! {
             _ = closed.recv() => return,
             _ = tokio::time::sleep(RECONNECT_PAUSE) => {}
+        }
+    }
+}
+
+/// When each call of a claim round goes: once its node told the waiter that
+/// it reserved the lock for it, or at `until`, whichever comes first.
+pub(crate) struct Gates {
+    reserved: watch::Receiver<u64>,
+    /// The nodes that told before the round (bit `i`: node `i`).
+    notified: u64,
+    until: std::time::Instant,
+}
+
+impl Gates {
+    /// The gates of a claim round of `listening`, whose nodes in `notified`
+    /// told before it.
+    pub(crate) fn new(listening: &Listening, notified: u64, until: std::time::Instant) -> Self {
+        Gates {
+            reserved: listening.watcher(),
+            notified,
+            until,
+        }
+    }
+
+    /// Waits until node `index` told, or until `until`.
+    pub(crate) fn node(&self, index: usize) -> impl Future<Output = ()> + Send + 'static {
+        let bit = 1u64 << index.min(63);
+        let told = self.notified & bit != 0;
+        let (mut reserved, until) = (self.reserved.clone(), self.until);
+        async move {
+            if told {
+                return;
+            }
+            let told = reserved.wait_for(|nodes| nodes & bit != 0);
+            let _ = tokio::time::timeout_at(until.into(), told).await;
         }
     }
 }

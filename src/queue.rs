@@ -110,11 +110,11 @@ use std::time::Duration;
 /// How long a waiter's entry lives on a node after its last refresh: the
 /// bound on how long a waiter that died (SIGKILL, a lost machine) can keep
 /// the waiters behind it from the lock.
-pub const WAITER_LIFETIME: Duration = Duration::from_millis(1_000);
+pub(crate) const WAITER_LIFETIME: Duration = Duration::from_millis(1_000);
 
 /// The longest a waiting `lock` call goes without a round (which refreshes
 /// its entry on every node and claims the lock if it is free for it).
-pub const REFRESH_INTERVAL: Duration = Duration::from_millis(250);
+pub(crate) const REFRESH_INTERVAL: Duration = Duration::from_millis(250);
 
 /// How long a claim round's call to a node waits for that node to tell the
 /// waiter that it reserved the lock for it before it goes anyway (the

@@ -3,10 +3,13 @@
 //! Everything the algorithm decides from numbers lives in this module so that it
 //! can be tested exhaustively without Redis: the quorum size, how votes are
 //! tallied and when a round is decided, the clock-drift allowance, the validity
-//! left after a round, and the jittered retry delay.
+//! left after a round, the checked TTL, and the jittered retry delay.
+//! ([`Answer`] is only read here: which way a node voted.)
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use crate::answer::Answer;
 
 /// The fixed part of the clock-drift allowance, added to `ttl * drift_factor`.
 ///
@@ -15,7 +18,7 @@ pub(crate) const DRIFT_FLOOR: Duration = Duration::from_millis(2);
 
 /// The longest TTL accepted: one year. Longer values are almost certainly a
 /// unit mistake, and refusing them keeps every `Instant` addition in range.
-pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+pub(crate) const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
 /// The number of votes needed out of `nodes`: a strict majority, `nodes / 2 + 1`.
 pub(crate) fn quorum(nodes: usize) -> usize {
@@ -46,6 +49,53 @@ pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Opt
     ttl.checked_sub(elapsed)?
         .checked_sub(drift)
         .filter(|left| !left.is_zero())
+}
+
+/// A TTL checked against the limits, in whole milliseconds, with its drift
+/// allowance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ttl {
+    /// Rounded down to whole milliseconds.
+    pub(crate) duration: Duration,
+    /// The same, as Redis' `PX` takes it.
+    pub(crate) millis: u64,
+    /// `duration * drift_factor + 2 ms`.
+    pub(crate) drift: Duration,
+}
+
+impl Ttl {
+    /// Checks `ttl` (rounded down to whole milliseconds) for a client whose
+    /// drift factor is `drift_factor`; the error says why it is refused.
+    pub(crate) fn new(ttl: Duration, drift_factor: f64) -> Result<Ttl, &'static str> {
+        let duration = whole_millis(ttl);
+        if duration.is_zero() {
+            return Err("must be at least 1 ms");
+        }
+        if duration > MAX_TTL {
+            return Err("must be at most 365 days");
+        }
+        let drift = drift(duration, drift_factor);
+        if validity(duration, Duration::ZERO, drift).is_none() {
+            return Err("too short to leave any validity after the clock-drift allowance");
+        }
+        let millis = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+        Ok(Ttl {
+            duration,
+            millis,
+            drift,
+        })
+    }
+
+    /// The validity left after a round that took `elapsed` (see [`validity`]).
+    pub(crate) fn validity_after(&self, elapsed: Duration) -> Option<Duration> {
+        validity(self.duration, elapsed, self.drift)
+    }
+
+    /// Until when keys set at or after `start` with this TTL are surely
+    /// still there on every node: `start + ttl - drift`.
+    pub(crate) fn valid_until(&self, start: Instant) -> Instant {
+        start + (self.duration - self.drift)
+    }
 }
 
 /// Rounds a TTL down to whole milliseconds, the unit Redis' `PX` takes.
@@ -100,12 +150,12 @@ impl Votes {
         }
     }
 
-    /// Counts one node's answer: `Some(true)` granted, `Some(false)` refused, `None` failed.
-    pub(crate) fn record(&mut self, answer: Option<bool>) {
+    /// Counts one node's answer.
+    pub(crate) fn record(&mut self, answer: &Answer) {
         match answer {
-            Some(true) => self.granted += 1,
-            Some(false) => self.refused += 1,
-            None => self.failed += 1,
+            Answer::Granted(_) | Answer::Holds { .. } => self.granted += 1,
+            Answer::Refused(_) => self.refused += 1,
+            Answer::Failed(_) => self.failed += 1,
         }
     }
 
@@ -142,32 +192,38 @@ impl Votes {
         self.nodes.saturating_sub(self.refused) < self.quorum
     }
 
-    /// What a release round says about the lock it released.
-    pub(crate) fn release_outcome(&self) -> ReleaseOutcome {
+    /// What a release round says about the lock it released; `None`: too
+    /// many nodes were silent to tell.
+    pub(crate) fn release_outcome(&self) -> Option<Unlocked> {
         if self.has_quorum() {
-            ReleaseOutcome::Released
+            Some(Unlocked::Released)
         } else if self.refusals_rule_out_quorum() {
-            ReleaseOutcome::AlreadyExpired
+            Some(Unlocked::Expired)
         } else if self.granted > 0 && !self.failures_rule_out_quorum() {
             // Deleted everywhere it was held among the nodes that answered;
             // the silent ones are too few to keep others from a quorum.
-            ReleaseOutcome::Released
+            Some(Unlocked::Released)
         } else {
-            ReleaseOutcome::Unconfirmed
+            None
         }
     }
 }
 
-/// The outcome of a release round, from its votes alone.
+/// How a successful [`LockGuard::unlock`](crate::LockGuard::unlock) ended:
+/// what its release round's votes say.
+///
+/// Not `#[non_exhaustive]`: a release either freed the lock or found it
+/// gone, and code that matches on it should not need a catch-all arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ReleaseOutcome {
-    /// Our token is gone from a quorum, or from every node that answered
-    /// while the silent ones are too few to block a quorum.
+pub enum Unlocked {
+    /// The release removed our token from a quorum of nodes, or from every
+    /// node that held it among those that answered while too few stayed silent
+    /// to block anyone: the lock is free for others.
     Released,
-    /// Too few nodes still held our token: the lock had lapsed before.
-    AlreadyExpired,
-    /// Too many nodes were silent to tell.
-    Unconfirmed,
+    /// Too few nodes still held our token: the lock had already expired (or
+    /// been deleted) before the release. Not an error of the caller's making,
+    /// but a sign the critical section outlived its lock.
+    Expired,
 }
 
 impl fmt::Display for Votes {
@@ -185,6 +241,17 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    /// `Some(true)` granted, `Some(false)` refused, `None` failed.
+    pub(super) fn answer(vote: Option<bool>) -> Answer {
+        match vote {
+            Some(granted) => Answer::yes_or_no(granted),
+            None => Answer::Failed(crate::answer::NodeError::new(
+                "node".into(),
+                crate::answer::NodeErrorKind::Timeout(MS),
+            )),
+        }
+    }
 
     #[test]
     fn quorum_is_a_strict_majority() {
@@ -256,17 +323,17 @@ mod tests {
     #[test]
     fn a_round_is_decided_as_soon_as_the_outcome_is_known() {
         let mut votes = Votes::new(5);
-        votes.record(Some(true));
-        votes.record(Some(true));
+        votes.record(&answer(Some(true)));
+        votes.record(&answer(Some(true)));
         assert!(!votes.is_decided());
-        votes.record(Some(true));
+        votes.record(&answer(Some(true)));
         assert!(votes.has_quorum() && votes.is_decided());
 
         let mut votes = Votes::new(5);
-        votes.record(Some(false));
-        votes.record(None);
+        votes.record(&answer(Some(false)));
+        votes.record(&answer(None));
         assert!(!votes.is_decided());
-        votes.record(Some(false));
+        votes.record(&answer(Some(false)));
         assert!(votes.quorum_impossible() && votes.is_decided());
         assert!(!votes.failures_rule_out_quorum());
     }
@@ -274,8 +341,8 @@ mod tests {
     #[test]
     fn failures_alone_can_rule_out_the_quorum() {
         let mut votes = Votes::new(5);
-        for answer in [Some(true), Some(true), None, None, None] {
-            votes.record(answer);
+        for vote in [Some(true), Some(true), None, None, None] {
+            votes.record(&answer(vote));
         }
         assert!(!votes.has_quorum());
         assert!(votes.failures_rule_out_quorum());
@@ -287,8 +354,8 @@ mod tests {
 
     fn tally(answers: &[Option<bool>]) -> Votes {
         let mut votes = Votes::new(answers.len());
-        for &answer in answers {
-            votes.record(answer);
+        for &vote in answers {
+            votes.record(&answer(vote));
         }
         votes
     }
@@ -299,23 +366,17 @@ mod tests {
         let outcome = |answers: &[Option<bool>]| tally(answers).release_outcome();
         assert_eq!(
             outcome(&[yes, yes, yes, no, failed]),
-            ReleaseOutcome::Released
+            Some(Unlocked::Released)
         );
         // Two nodes gone, one had lost our key: released where it was held.
         assert_eq!(
             outcome(&[yes, yes, no, failed, failed]),
-            ReleaseOutcome::Released
+            Some(Unlocked::Released)
         );
-        assert_eq!(
-            outcome(&[yes, no, no, no, failed]),
-            ReleaseOutcome::AlreadyExpired
-        );
-        assert_eq!(outcome(&[no]), ReleaseOutcome::AlreadyExpired);
-        assert_eq!(
-            outcome(&[yes, yes, failed, failed, failed]),
-            ReleaseOutcome::Unconfirmed
-        );
-        assert_eq!(outcome(&[failed]), ReleaseOutcome::Unconfirmed);
+        assert_eq!(outcome(&[yes, no, no, no, failed]), Some(Unlocked::Expired));
+        assert_eq!(outcome(&[no]), Some(Unlocked::Expired));
+        assert_eq!(outcome(&[yes, yes, failed, failed, failed]), None);
+        assert_eq!(outcome(&[failed]), None);
     }
 
     #[test]
@@ -329,15 +390,16 @@ mod tests {
     #[test]
     fn single_node_quorum_is_one() {
         let mut votes = Votes::new(1);
-        votes.record(Some(true));
+        votes.record(&answer(Some(true)));
         assert!(votes.has_quorum());
         let mut votes = Votes::new(1);
-        votes.record(None);
+        votes.record(&answer(None));
         assert!(votes.quorum_impossible() && votes.failures_rule_out_quorum());
     }
 
     mod properties {
         use super::super::*;
+        use super::answer;
         use proptest::prelude::*;
 
         fn duration() -> impl Strategy<Value = Duration> {
@@ -397,8 +459,8 @@ mod tests {
             fn a_decided_round_stays_decided(answers in proptest::collection::vec(proptest::option::of(any::<bool>()), 1..16)) {
                 let mut votes = Votes::new(answers.len());
                 let mut decided_as = None;
-                for answer in answers {
-                    votes.record(answer);
+                for vote in answers {
+                    votes.record(&answer(vote));
                     if let Some(outcome) = decided_as {
                         prop_assert_eq!(votes.has_quorum(), outcome, "a decision never flips");
                     } else if votes.is_decided() {

@@ -1,33 +1,44 @@
-//! One round: a call to every node in parallel, tallied into [`Votes`] as the
-//! answers arrive, ended as soon as the caller's condition holds.
+//! One round: a call to every node in parallel, each ending in one
+//! [`Answer`], tallied into [`Votes`] as the answers arrive, ended as soon as
+//! the caller's condition ([`Until`]) holds.
 //!
 //! Calls still under way when a round ends are not dropped (the `redis` crate
 //! may skip a queued request whose future was dropped): they finish in the
 //! background, so every node receives its request.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
-use futures::{FutureExt, StreamExt};
 
-use crate::background::Background;
-use crate::error::NodeError;
+use crate::answer::{Answer, NodeError};
 use crate::quorum::Votes;
 use crate::standing::Standings;
+use crate::tasks::Background;
 
-/// One node's answer in a round.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Answer {
-    /// The round ended before this node answered.
-    Pending,
-    /// The node did what was asked (set, extended or deleted our key).
-    Granted,
-    /// The node answered no.
-    Refused,
-    /// An error or no answer within the per-node timeout.
-    Failed,
+/// Some of a client's nodes, by index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NodeSet(Box<[bool]>);
+
+impl NodeSet {
+    /// The nodes whose answer so far (`None`: none yet) passes `test`.
+    pub(crate) fn of(answers: &[Option<Answer>], test: impl Fn(Option<&Answer>) -> bool) -> Self {
+        NodeSet(answers.iter().map(|answer| test(answer.as_ref())).collect())
+    }
+
+    /// Whether node `index` is in the set.
+    pub(crate) fn contains(&self, index: usize) -> bool {
+        self.0.get(index).copied().unwrap_or(false)
+    }
+
+    /// Whether no node is in the set.
+    pub(crate) fn is_empty(&self) -> bool {
+        !self.0.contains(&true)
+    }
 }
 
 /// When a round stops waiting for answers.
@@ -35,55 +46,44 @@ pub(crate) enum Answer {
 pub(crate) enum Until {
     /// As soon as the outcome is known: a quorum granted, or no longer can.
     Decided,
-    /// Once every node marked `true` answered (or timed out).
-    Answered(Vec<bool>),
+    /// Once every node in the set answered (or timed out).
+    Answered(NodeSet),
     /// Once a quorum granted, or every node answered (or timed out).
     QuorumOrAll,
     /// Once every node answered (or timed out).
     All,
 }
 
-/// A node's answer to one call that reached it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Reply {
-    /// Yes, carrying the node's fencing counter where the call returns one.
-    Granted(Option<u64>),
-    /// No.
-    Refused,
-    /// No: the lock is not free for this waiter, which is queued under
-    /// this ticket.
-    Queued(u64),
+/// One node's call in a round: its answer, with the node's index.
+struct NodeCall {
+    index: usize,
+    answer: BoxFuture<'static, Answer>,
 }
 
-impl From<bool> for Reply {
-    fn from(granted: bool) -> Self {
-        if granted {
-            Reply::Granted(None)
-        } else {
-            Reply::Refused
-        }
+impl Future for NodeCall {
+    type Output = (usize, Answer);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let index = self.index;
+        self.answer.as_mut().poll(cx).map(|answer| (index, answer))
     }
 }
-
-type Call = BoxFuture<'static, (usize, Result<Reply, NodeError>)>;
 
 /// A round under way or ended. Dropping it leaves its remaining calls to
 /// finish in the background.
 pub(crate) struct Round {
     /// The tally so far.
     pub(crate) votes: Votes,
-    /// Each node's answer so far, by index.
-    pub(crate) answers: Vec<Answer>,
-    /// The number each node returned, by index: its fencing counter for a
-    /// grant, the waiter's ticket for a queued refusal.
-    numbers: Vec<Option<u64>>,
+    /// Each node's answer so far, by index (`None`: not yet). A grant that
+    /// did not count is still a grant here, so that a release reaches it.
+    answers: Vec<Option<Answer>>,
     /// The last error a node answered with, if any.
-    pub(crate) last_error: Option<NodeError>,
-    pending: FuturesUnordered<Call>,
+    last_error: Option<NodeError>,
+    pending: FuturesUnordered<NodeCall>,
     /// Where calls still under way go when the round is dropped.
     background: Background,
     /// Whose grants count toward the quorum, read as each grant arrives;
-    /// `None`: all count (releases).
+    /// `None`: all count (releases, reads).
     standings: Option<Arc<Standings>>,
     /// The grants that did not count: each node, with why (empty, without
     /// allocating, in the usual case).
@@ -92,33 +92,45 @@ pub(crate) struct Round {
 
 impl Round {
     /// Starts one call per node (in node order); they run as the round is
-    /// awaited, and in `background` after the round is dropped.
-    pub(crate) fn start<Fut, R>(
-        calls: impl ExactSizeIterator<Item = Fut>,
+    /// awaited, and in `background` after the round is dropped. With
+    /// `standings`, a grant counts only if the node's vote counts when the
+    /// grant arrives (see `standing.rs`); one that does not is a failed vote
+    /// with its error. Reading the standing on arrival, not at the start,
+    /// matters: a call may connect (and check the node) during the round.
+    pub(crate) fn start(
+        calls: impl ExactSizeIterator<Item = BoxFuture<'static, Answer>>,
         background: &Background,
-    ) -> Round
-    where
-        Fut: Future<Output = Result<R, NodeError>> + Send + 'static,
-        R: Into<Reply>,
-    {
+        standings: Option<&Arc<Standings>>,
+    ) -> Round {
         let nodes = calls.len();
         let pending = calls
             .enumerate()
-            .map(|(index, call)| {
-                call.map(move |answer| (index, answer.map(Into::into)))
-                    .boxed()
-            })
+            .map(|(index, answer)| NodeCall { index, answer })
             .collect();
         Round {
             votes: Votes::new(nodes),
-            answers: vec![Answer::Pending; nodes],
-            numbers: vec![None; nodes],
+            answers: vec![None; nodes],
             last_error: None,
             pending,
             background: background.clone(),
-            standings: None,
+            standings: standings.cloned(),
             not_counted: Vec::new(),
         }
+    }
+
+    /// Each node's answer so far, by index (`None`: not yet).
+    pub(crate) fn answers(&self) -> &[Option<Answer>] {
+        &self.answers
+    }
+
+    /// The nodes whose answer so far passes `test`.
+    pub(crate) fn nodes(&self, test: impl Fn(Option<&Answer>) -> bool) -> NodeSet {
+        NodeSet::of(&self.answers, test)
+    }
+
+    /// The tally and the last node error, for an error or an outcome.
+    pub(crate) fn tally(&mut self) -> (Votes, Option<NodeError>) {
+        (self.votes, self.last_error.take())
     }
 
     /// Takes the calls still under way, leaving the round without any (so
@@ -131,30 +143,18 @@ impl Round {
     /// Takes the calls still under way, for a caller that needs every
     /// node's answer after the round ended: the returned future finishes
     /// them and gives each node's final answer (a grant that does not count
-    /// is still `Granted`).
-    pub(crate) fn finish_later(&mut self) -> impl Future<Output = Vec<Answer>> + Send + 'static {
+    /// is still a grant).
+    pub(crate) fn finish_later(
+        &mut self,
+    ) -> impl Future<Output = Vec<Option<Answer>>> + Send + 'static {
         let mut answers = self.answers.clone();
         let mut pending = std::mem::take(&mut self.pending);
         async move {
             while let Some((index, answer)) = pending.next().await {
-                answers[index] = match answer {
-                    Ok(Reply::Granted(_)) => Answer::Granted,
-                    Ok(Reply::Refused | Reply::Queued(_)) => Answer::Refused,
-                    Err(_) => Answer::Failed,
-                };
+                answers[index] = Some(answer);
             }
             answers
         }
-    }
-
-    /// Counts a grant only if the node's vote counts when the grant arrives
-    /// (see `standing.rs`). A grant that does not is a failed vote with its
-    /// error, though its answer stays `Granted` so that a release reaches it.
-    /// Reading the standing on arrival, not at the start, matters: a call
-    /// may connect (and check the node) during the round.
-    pub(crate) fn counting(mut self, standings: &Arc<Standings>) -> Round {
-        self.standings = Some(standings.clone());
-        self
     }
 
     /// Tallies answers until `until` holds or every node has answered.
@@ -167,36 +167,25 @@ impl Round {
         }
     }
 
-    fn record(&mut self, index: usize, answer: Result<Reply, NodeError>) {
-        match answer {
-            Ok(Reply::Granted(counter)) => {
-                match self.standings.as_ref().map(|s| s.vote_counts(index)) {
-                    None | Some(Ok(())) => self.votes.record(Some(true)),
-                    Some(Err(not_counted)) => {
-                        self.votes.record(None);
-                        self.last_error = Some(not_counted.clone());
-                        self.not_counted.push((index, not_counted));
-                    }
-                }
-                self.answers[index] = Answer::Granted;
-                self.numbers[index] = counter;
+    fn record(&mut self, index: usize, answer: Answer) {
+        let counted = match &answer {
+            Answer::Granted(_) => self.standings.as_ref().map(|s| s.vote_counts(index)),
+            _ => None,
+        };
+        match (counted, &answer) {
+            (Some(Err(not_counted)), _) => {
+                self.votes.record(&Answer::Failed(not_counted.clone()));
+                self.last_error = Some(not_counted.clone());
+                self.not_counted.push((index, not_counted));
             }
-            Ok(Reply::Refused) => {
-                self.votes.record(Some(false));
-                self.answers[index] = Answer::Refused;
-            }
-            Ok(Reply::Queued(ticket)) => {
-                self.votes.record(Some(false));
-                self.answers[index] = Answer::Refused;
-                self.numbers[index] = Some(ticket);
-            }
-            Err(err) => {
+            (_, Answer::Failed(err)) => {
                 tracing::trace!(error = %err, "node failed");
-                self.votes.record(None);
-                self.answers[index] = Answer::Failed;
-                self.last_error = Some(err);
+                self.votes.record(&answer);
+                self.last_error = Some(err.clone());
             }
+            _ => self.votes.record(&answer),
         }
+        self.answers[index] = Some(answer);
     }
 
     /// Takes the grants that did not count, each with why, for an error.
@@ -209,14 +198,14 @@ impl Round {
 
     /// The highest fencing counter among the granting nodes whose grant counts.
     pub(crate) fn highest_counter(&self) -> Option<u64> {
-        self.numbers
+        self.answers
             .iter()
             .enumerate()
-            .filter(|(index, _)| {
-                self.answers[*index] == Answer::Granted
-                    && !self.not_counted.iter().any(|(node, _)| node == index)
+            .filter(|(index, _)| !self.not_counted.iter().any(|(node, _)| node == index))
+            .filter_map(|(_, answer)| match answer {
+                Some(Answer::Granted(counter)) => *counter,
+                _ => None,
             })
-            .filter_map(|(_, counter)| *counter)
             .max()
     }
 
@@ -225,13 +214,25 @@ impl Round {
     pub(crate) fn tickets(&self) -> (Option<u64>, bool) {
         let mut highest: Option<u64> = None;
         let mut agree = true;
-        for (answer, number) in self.answers.iter().zip(&self.numbers) {
-            if let (Answer::Refused, Some(ticket)) = (answer, *number) {
-                agree &= highest.is_none_or(|high| high == ticket);
-                highest = Some(highest.map_or(ticket, |high| high.max(ticket)));
+        for answer in &self.answers {
+            if let Some(Answer::Refused(Some(ticket))) = answer {
+                agree &= highest.is_none_or(|high| high == *ticket);
+                highest = Some(highest.map_or(*ticket, |high| high.max(*ticket)));
             }
         }
         (highest, agree)
+    }
+
+    /// Logs the round's tally (`debug!`), as `what` (`"acquire round"`, …).
+    pub(crate) fn log(&self, what: &'static str) {
+        let votes = &self.votes;
+        tracing::debug!(
+            granted = votes.granted,
+            refused = votes.refused,
+            failed = votes.failed,
+            quorum = votes.quorum,
+            "{what}"
+        );
     }
 
     fn is_over(&self, until: &Until) -> bool {
@@ -240,8 +241,8 @@ impl Round {
             Until::Answered(nodes) => self
                 .answers
                 .iter()
-                .zip(nodes)
-                .all(|(answer, &wait)| !wait || *answer != Answer::Pending),
+                .enumerate()
+                .all(|(index, answer)| answer.is_some() || !nodes.contains(index)),
             Until::QuorumOrAll => self.votes.has_quorum() || self.pending.is_empty(),
             Until::All => self.pending.is_empty(),
         }

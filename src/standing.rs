@@ -144,91 +144,19 @@ use redis::aio::MultiplexedConnection;
 use redis::{RedisError, RedisResult, Value};
 use tokio::sync::Notify;
 
-use crate::error::{NodeError, NodeErrorKind};
+use crate::answer::{NodeError, NodeErrorKind, NotCounted};
 use crate::quorum;
+use crate::tasks;
 
 /// What follows the key prefix in the key of each node's *record*: a set of
 /// the `run_id`s of the node incarnations, on any node of the lock, whose
 /// votes have counted (see the module docs). A resource whose key would be
 /// the record's is refused.
-pub const RECORD_SUFFIX: &str = "quorlock-incarnations";
+pub(crate) const RECORD_SUFFIX: &str = "quorlock-incarnations";
 
 /// How long a recovering node's recording waits before it tries again
 /// after a failure.
 const RECORD_RETRY: Duration = Duration::from_secs(1);
-
-/// Why a node's votes do not count toward a quorum now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum NotCounted {
-    /// No connection to the node has passed its check yet: no connection
-    /// (the reason), or the check is under way.
-    Unchecked {
-        /// Why not, in words.
-        reason: String,
-    },
-    /// The node's last call timed out and it has not answered a probe since.
-    /// It is not asked; it is probed in the background and asked again once
-    /// it answers.
-    Unresponsive {
-        /// The per-node timeout it missed.
-        timeout: Duration,
-    },
-    /// The node restarted and may have lost keys (its data is not durable):
-    /// it is asked, but its grants do not count until the restart grace has
-    /// passed since it came back.
-    Recovering {
-        /// The `run_id` of the incarnation that came back.
-        run_id: String,
-        /// The `run_id` this client knew before, or a vanished one it may replace.
-        previous_run_id: Option<String>,
-        /// Why it is taken to have restarted, in words.
-        why: String,
-        /// How long until it counts again (zero: due, being recorded).
-        counts_in: Duration,
-    },
-}
-
-impl NotCounted {
-    /// Whether the node is recovering from a restart.
-    pub fn is_recovering(&self) -> bool {
-        matches!(self, NotCounted::Recovering { .. })
-    }
-}
-
-impl fmt::Display for NotCounted {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NotCounted::Unchecked { reason } => write!(f, "not checked yet ({reason})"),
-            NotCounted::Unresponsive { timeout } => write!(
-                f,
-                "skipped: no answer within {timeout:?} last time, not answered a probe since"
-            ),
-            NotCounted::Recovering {
-                run_id,
-                previous_run_id,
-                why,
-                counts_in,
-            } => {
-                write!(f, "recovering from a restart ({why}; run_id ")?;
-                if let Some(previous) = previous_run_id {
-                    write!(f, "{} -> ", short(previous))?;
-                }
-                write!(
-                    f,
-                    "{}): counts again in {:.1} s",
-                    short(run_id),
-                    counts_in.as_secs_f64()
-                )
-            }
-        }
-    }
-}
-
-/// The first characters of a `run_id`, enough to tell incarnations apart.
-fn short(run_id: &str) -> &str {
-    run_id.get(..8).unwrap_or(run_id)
-}
 
 /// The restart options of a client (see [`RedlockBuilder::restart_grace`](crate::RedlockBuilder::restart_grace)).
 #[derive(Debug, Clone, Copy)]
@@ -451,10 +379,7 @@ impl Standings {
     fn detail(&self, index: usize) -> std::sync::MutexGuard<'_, Detail> {
         // Every update is a few assignments that cannot panic halfway:
         // poisoning is ignored.
-        self.slots[index]
-            .detail
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        tasks::lock(&self.slots[index].detail)
     }
 
     /// Whether node `index`'s grants count now: `Ok`, or the error that says
@@ -565,20 +490,7 @@ impl Standings {
                 if !run_id.is_empty() && !identity.record.contains(&run_id) {
                     record_incarnation(&mut connection, &self.record_key, &run_id, name).await?;
                 }
-                let generation = self.settle(index, None, None, RECORDING);
-                // Recorded already, or nothing to record (INFO refused).
-                if run_id.is_empty() || self.detail(index).recorded.as_deref() == Some(&run_id) {
-                    self.settle(index, None, Some(generation), COUNTS);
-                } else if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    runtime.spawn(record_everywhere(
-                        self.me.clone(),
-                        index,
-                        generation,
-                        run_id,
-                    ));
-                } else {
-                    self.settle(index, None, Some(generation), COUNTS);
-                }
+                self.counts(index, run_id);
             }
             Verdict::Recovering { why, previous } => {
                 let recovery = Recovery {
@@ -587,26 +499,7 @@ impl Standings {
                     why,
                     came_back: came_back.unwrap_or(read_at),
                 };
-                let generation = self.settle(index, Some(recovery.clone()), None, RECOVERING);
-                let grace_left =
-                    (recovery.came_back + self.grace()).saturating_duration_since(Instant::now());
-                tracing::warn!(
-                    node = %name,
-                    run_id = %recovery.run_id,
-                    previous_run_id = recovery.previous_run_id.as_deref().unwrap_or("unknown"),
-                    why,
-                    grace_left_ms = u64::try_from(grace_left.as_millis()).unwrap_or(u64::MAX),
-                    "node recovering from a restart: its grants do not count until the grace has passed"
-                );
-                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    runtime.spawn(end_recovery(
-                        self.me.clone(),
-                        index,
-                        generation,
-                        connection,
-                        recovery,
-                    ));
-                }
+                self.recovering(index, connection, recovery);
             }
         }
         Ok(identity.major_version)
@@ -638,6 +531,47 @@ impl Standings {
                 return;
             }
         }
+    }
+
+    /// Node `index` (incarnation `run_id`, in its own record) counts once it
+    /// is in every other node's record too: a task records it there.
+    fn counts(&self, index: usize, run_id: String) {
+        let generation = self.settle(index, None, None, RECORDING);
+        // Recorded already, or nothing to record (INFO refused).
+        let recorded = run_id.is_empty() || self.detail(index).recorded.as_deref() == Some(&run_id);
+        if recorded
+            || !tasks::spawn(record_everywhere(
+                self.me.clone(),
+                index,
+                generation,
+                run_id,
+            ))
+        {
+            self.settle(index, None, Some(generation), COUNTS);
+        }
+    }
+
+    /// Node `index` is recovering from a restart: a task of its connection
+    /// lets it count again once the grace has passed (see [`end_recovery`]).
+    fn recovering(&self, index: usize, connection: MultiplexedConnection, recovery: Recovery) {
+        let generation = self.settle(index, Some(recovery.clone()), None, RECOVERING);
+        let grace_left =
+            (recovery.came_back + self.grace()).saturating_duration_since(Instant::now());
+        tracing::warn!(
+            node = %self.names[index],
+            run_id = %recovery.run_id,
+            previous_run_id = recovery.previous_run_id.as_deref().unwrap_or("unknown"),
+            why = recovery.why,
+            grace_left_ms = u64::try_from(grace_left.as_millis()).unwrap_or(u64::MAX),
+            "node recovering from a restart: its grants do not count until the grace has passed"
+        );
+        tasks::spawn(end_recovery(
+            self.me.clone(),
+            index,
+            generation,
+            connection,
+            recovery,
+        ));
     }
 
     /// Records a check's read; returns the `run_id` this client knew before.
@@ -864,16 +798,17 @@ impl Standings {
                 if self.all_attempted.load(Ordering::Acquire) {
                     break;
                 }
-                match deadline {
-                    Some(deadline) => {
-                        if tokio::time::timeout_at(deadline.into(), ended)
-                            .await
-                            .is_err()
-                        {
-                            return Err(NotReady::DeadlinePassed(self.unchecked()));
-                        }
+                let woke = match deadline {
+                    Some(deadline) => tokio::time::timeout_at(deadline.into(), ended)
+                        .await
+                        .is_ok(),
+                    None => {
+                        ended.await;
+                        true
                     }
-                    None => ended.await,
+                };
+                if !woke {
+                    return Err(NotReady::DeadlinePassed(self.unchecked()));
                 }
             }
         }
@@ -890,9 +825,9 @@ impl Standings {
         F: Fn(usize) -> Fut,
         Fut: std::future::Future<Output = Result<(), NodeErrorKind>> + Send + 'static,
     {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        if !tasks::has_runtime() {
             return;
-        };
+        }
         for index in 0..self.slots.len() {
             {
                 let mut detail = self.detail(index);
@@ -906,7 +841,7 @@ impl Standings {
                 index,
             };
             let connecting = connect(index);
-            runtime.spawn(async move {
+            tasks::spawn(async move {
                 let under_way = under_way;
                 let outcome = connecting.await;
                 if let Some(standings) = under_way.standings.upgrade() {
@@ -1119,20 +1054,7 @@ async fn read_identity(
         .into_iter();
     let mut identity = Identity::default();
     match answers.next() {
-        Some(Ok(info)) => {
-            let info = redis::from_redis_value::<String>(info).unwrap_or_default();
-            let field = |name: &str| {
-                info.lines()
-                    .find_map(|line| line.strip_prefix(name))
-                    .map(|value| value.trim().to_owned())
-            };
-            identity.run_id = field("run_id:");
-            identity.uptime = field("uptime_in_seconds:")
-                .and_then(|secs| secs.parse::<u64>().ok())
-                .map(Duration::from_secs);
-            identity.major_version =
-                field("redis_version:").and_then(|version| version.split('.').next()?.parse().ok());
-        }
+        Some(Ok(info)) => read_info(&mut identity, info),
         Some(Err(err)) => refusal(&mut identity.refused, "INFO server", &err),
         None => {}
     }
@@ -1151,7 +1073,19 @@ async fn read_identity(
     let appendfsync = config_value(answers.next());
     identity.durable =
         appendonly.as_deref() == Some("yes") && appendfsync.as_deref() == Some("always");
-    identity.record = match answers.next() {
+    identity.record = read_record(answers.next());
+    for loaded in answers {
+        if let Err(err) = loaded {
+            tracing::debug!(error = %err, "SCRIPT LOAD refused: scripts load on first use");
+        }
+    }
+    Ok(identity)
+}
+
+/// The value of a one-parameter `CONFIG GET` (RESP2 array or RESP3 map).
+/// The `run_id`s in the reply to `SMEMBERS` of the record (none if it failed).
+fn read_record(answer: Option<RedisResult<Value>>) -> Vec<String> {
+    match answer {
         Some(Ok(Value::Array(items) | Value::Set(items))) => items
             .iter()
             .filter_map(|item| match item {
@@ -1164,16 +1098,25 @@ async fn read_identity(
             Vec::new()
         }
         _ => Vec::new(),
-    };
-    for loaded in answers {
-        if let Err(err) = loaded {
-            tracing::debug!(error = %err, "SCRIPT LOAD refused: scripts load on first use");
-        }
     }
-    Ok(identity)
 }
 
-/// The value of a one-parameter `CONFIG GET` (RESP2 array or RESP3 map).
+/// Reads `run_id`, uptime and version from the reply to `INFO server`.
+fn read_info(identity: &mut Identity, info: Value) {
+    let info = redis::from_redis_value::<String>(info).unwrap_or_default();
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name))
+            .map(|value| value.trim().to_owned())
+    };
+    identity.run_id = field("run_id:");
+    identity.uptime = field("uptime_in_seconds:")
+        .and_then(|secs| secs.parse::<u64>().ok())
+        .map(Duration::from_secs);
+    identity.major_version =
+        field("redis_version:").and_then(|version| version.split('.').next()?.parse().ok());
+}
+
 fn config_value(answer: Option<RedisResult<Value>>) -> Option<String> {
     let text = |value: &Value| match value {
         Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),

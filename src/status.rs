@@ -3,14 +3,16 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::error::NodeError;
-use crate::standing::NotCounted;
+use crate::answer::{Answer, NodeError, NodeErrorKind, NotCounted};
 
 /// How many characters of a holder's token a status shows. The whole token is
 /// never shown: whoever knows it can release the lock.
-pub const TOKEN_PREFIX_LEN: usize = 8;
+const TOKEN_PREFIX_LEN: usize = 8;
 
 /// What one node holds for a resource.
+///
+/// `#[non_exhaustive]`: lock kinds to come (readers and writers) hold
+/// resources in other ways.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum NodeState {
@@ -18,7 +20,7 @@ pub enum NodeState {
     Free,
     /// The key is present.
     Held {
-        /// The first [`TOKEN_PREFIX_LEN`] characters of the holder's token;
+        /// The first [`LockStatus::TOKEN_PREFIX_LEN`] characters of the holder's token;
         /// `next:` and the start of the waiter's id when a release handed the
         /// lock on to the first waiter in the queue, who has yet to claim it.
         token_prefix: String,
@@ -61,9 +63,36 @@ pub struct LockStatus {
 
 /// One node's raw answer: its name, and the holder's full token with the
 /// key's PTTL in milliseconds (`None` when the key is absent).
-pub(crate) type NodeAnswer = (String, Result<Option<(String, i64)>, NodeError>);
+type NodeAnswer = (String, Result<Option<(String, i64)>, NodeError>);
 
 impl LockStatus {
+    /// How many characters of a holder's token a status shows. The whole
+    /// token is never shown: whoever knows it can release the lock.
+    pub const TOKEN_PREFIX_LEN: usize = TOKEN_PREFIX_LEN;
+
+    /// Builds the status from an inspection round's answers (each node's
+    /// name, and its answer: `None` if it never came), with quorum `quorum`.
+    pub(crate) fn from_round<'a>(
+        answers: impl Iterator<Item = (&'a str, Option<&'a Answer>)>,
+        quorum: usize,
+    ) -> Self {
+        let answers = answers
+            .map(|(name, answer)| {
+                let answer = match answer {
+                    Some(Answer::Holds { token, pttl_ms }) => Ok(Some((token.clone(), *pttl_ms))),
+                    Some(Answer::Failed(err)) => Err(err.clone()),
+                    Some(Answer::Granted(_) | Answer::Refused(_)) => Ok(None),
+                    None => Err(NodeError::new(
+                        name.into(),
+                        NodeErrorKind::UnexpectedReply("no answer".into()),
+                    )),
+                };
+                (name.to_owned(), answer)
+            })
+            .collect();
+        Self::from_answers(answers, quorum)
+    }
+
     /// Notes, node by node, why votes do not count (in node order).
     pub(crate) fn with_standing(
         mut self,
@@ -83,7 +112,7 @@ impl LockStatus {
     /// seen on the most nodes, those nodes plus every node that did not
     /// answer (each may hold it, or any token never seen) stay below the
     /// quorum.
-    pub(crate) fn from_answers(answers: Vec<NodeAnswer>, quorum: usize) -> Self {
+    fn from_answers(answers: Vec<NodeAnswer>, quorum: usize) -> Self {
         let mut holder = None;
         let mut most_on_one_token = 0;
         for (_, answer) in &answers {
@@ -144,7 +173,7 @@ impl LockStatus {
 }
 
 /// What a status shows of a key's value: the token's first
-/// [`TOKEN_PREFIX_LEN`] characters, or for a lock handed on to a waiter in
+/// [`LockStatus::TOKEN_PREFIX_LEN`] characters, or for a lock handed on to a waiter in
 /// the queue, `next:` and the first characters of the waiter's id.
 fn prefix(token: &str) -> String {
     match token.strip_prefix(crate::queue::RESERVED_PREFIX) {
@@ -199,7 +228,7 @@ impl fmt::Display for LockStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::NodeErrorKind;
+    use crate::answer::NodeErrorKind;
 
     fn free(node: &str) -> NodeAnswer {
         (node.to_owned(), Ok(None))

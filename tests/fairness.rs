@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use quorlock::{REFRESH_INTERVAL, Redlock, WAITER_LIFETIME};
+use quorlock::Redlock;
 
 const TTL: Duration = Duration::from_secs(10);
 const TESTS: [&str; 2] = [
@@ -204,7 +204,7 @@ fn a_sigkilled_waiter_stops_blocking_within_its_lifetime(
         let waited = got - released;
         println!("  served {waited:?} after the release, behind a SIGKILLed waiter");
         guard.unlock().await?;
-        let bound = WAITER_LIFETIME + REFRESH_INTERVAL + Duration::from_secs(1);
+        let bound = Redlock::WAITER_LIFETIME + Redlock::REFRESH_INTERVAL + Duration::from_secs(1);
         if waited > bound {
             return Err(format!("served after {waited:?}, more than {bound:?}").into());
         }

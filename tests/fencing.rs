@@ -173,7 +173,7 @@ async fn the_counter_key_is_not_a_resource() {
         .build()
         .unwrap();
     let err = redlock
-        .try_lock(quorlock::DEFAULT_FENCING_COUNTER_KEY, TTL)
+        .try_lock(quorlock::RedlockBuilder::DEFAULT_FENCING_COUNTER_KEY, TTL)
         .await
         .unwrap_err();
     assert!(

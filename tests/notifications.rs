@@ -111,7 +111,7 @@ async fn with_notifications_off_the_waiter_polls() {
     let (guard, acquired) = waiting.await.unwrap();
     let after = acquired.duration_since(released);
     assert!(
-        after >= Duration::from_millis(100) && after <= quorlock::REFRESH_INTERVAL * 4,
+        after >= Duration::from_millis(100) && after <= quorlock::Redlock::REFRESH_INTERVAL * 4,
         "it waited for its refresh round: {after:?}"
     );
     guard.unwrap().unlock().await.unwrap();

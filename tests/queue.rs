@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use quorlock::{Redlock, WAITER_LIFETIME};
+use quorlock::Redlock;
 use support::{RedisServer, builder, eventually, servers};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -147,7 +147,7 @@ async fn a_dropped_lock_call_leaves_the_queue_at_once() {
         .unwrap()
         .unwrap();
     assert!(
-        got - released < WAITER_LIFETIME / 2,
+        got - released < Redlock::WAITER_LIFETIME / 2,
         "served {:?} after the release",
         got - released
     );

@@ -426,7 +426,7 @@ async fn a_node_without_info_counts_and_records_nothing_empty() {
     let redlock = client(&nodes);
     lock_once(&redlock, RESOURCE, Duration::from_secs(1)).await;
     redlock.flush().await;
-    let record = format!("quorlock:{}", quorlock::RECORD_SUFFIX);
+    let record = format!("quorlock:{}", quorlock::Redlock::RECORD_SUFFIX);
     for node in &nodes {
         let members: Vec<String> = redis::cmd("SMEMBERS")
             .arg(&record)

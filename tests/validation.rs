@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use quorlock::{Error, MAX_RESOURCE_LEN, Redlock};
+use quorlock::{BuildError, Error, Redlock};
 use support::{RedisServer, builder, servers};
 
 const URL: &str = "redis://127.0.0.1:6390";
@@ -14,10 +14,9 @@ const URL: &str = "redis://127.0.0.1:6390";
 #[test]
 fn no_nodes_is_refused() {
     let err = Redlock::new(Vec::<String>::new()).unwrap_err();
-    assert!(matches!(err, Error::NoNodes), "got {err}");
+    assert!(matches!(err, BuildError::NoNodes), "got {err}");
     let err = Redlock::from_clients(Vec::new()).unwrap_err();
-    assert!(matches!(err, Error::NoNodes));
-    assert!(err.is_invalid_input());
+    assert!(matches!(err, BuildError::NoNodes));
 }
 
 /// Unparsable URLs, unknown schemes and port 0 are refused, with any password masked.
@@ -32,7 +31,7 @@ fn bad_urls_are_refused_with_the_password_masked() {
     ] {
         let err = Redlock::new([URL, url]).unwrap_err();
         assert!(
-            matches!(err, Error::InvalidUrl { .. }),
+            matches!(err, BuildError::InvalidUrl { .. }),
             "{url:?} gave {err}"
         );
         assert!(
@@ -51,7 +50,7 @@ fn drift_factor_outside_zero_one_is_refused() {
             .build()
             .unwrap_err();
         assert!(
-            matches!(err, Error::InvalidDriftFactor { .. }),
+            matches!(err, BuildError::InvalidDriftFactor { .. }),
             "{factor} gave {err}"
         );
     }
@@ -69,7 +68,7 @@ fn out_of_range_timings_are_refused() {
     assert!(
         matches!(
             err,
-            Error::InvalidOption {
+            BuildError::InvalidOption {
                 option: "node_timeout",
                 ..
             }
@@ -83,7 +82,7 @@ fn out_of_range_timings_are_refused() {
     assert!(
         matches!(
             err,
-            Error::InvalidOption {
+            BuildError::InvalidOption {
                 option: "retry_delay",
                 ..
             }
@@ -150,7 +149,7 @@ async fn bad_resource_names_are_refused() {
     let redlock = builder(std::slice::from_ref(&server)).build().unwrap();
     let ttl = Duration::from_secs(5);
     let huge = vec![b'x'; 1024 * 1024];
-    for name in [&b""[..], &huge[..], &huge[..MAX_RESOURCE_LEN + 1]] {
+    for name in [&b""[..], &huge[..], &huge[..Redlock::MAX_RESOURCE_LEN + 1]] {
         let err = redlock.try_lock(name, ttl).await.unwrap_err();
         assert!(matches!(err, Error::InvalidResource { .. }), "got {err}");
         assert!(
@@ -167,7 +166,7 @@ async fn bad_resource_names_are_refused() {
         ));
     }
     let longest = redlock
-        .try_lock(&huge[..MAX_RESOURCE_LEN], ttl)
+        .try_lock(&huge[..Redlock::MAX_RESOURCE_LEN], ttl)
         .await
         .unwrap();
     longest.unlock().await.unwrap();

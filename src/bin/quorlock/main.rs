@@ -98,7 +98,7 @@ struct NodeArgs {
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     connect_timeout: Duration,
     /// Prefix put before RESOURCE to form the Redis key.
-    #[arg(long, value_name = "PREFIX", default_value = quorlock::DEFAULT_KEY_PREFIX)]
+    #[arg(long, value_name = "PREFIX", default_value = quorlock::RedlockBuilder::DEFAULT_KEY_PREFIX)]
     key_prefix: String,
     /// How long a node that restarted without durable data does not count (at least the
     /// TTL; set it to the longest TTL any client of these nodes uses). 0 switches it off.
@@ -382,6 +382,38 @@ fn effective_grace(grace: Duration, ttl: Duration) -> Duration {
     grace.min(ttl / 2)
 }
 
+/// Why CMD is stopped at `limit`: the last failed extension, or the
+/// `--max-hold` limit that stopped extensions.
+fn lost_why(limit: &str, failure: &Option<String>, may_extend: bool) -> String {
+    match failure {
+        Some(failure) => format!("{failure}; {limit}"),
+        None if may_extend => limit.to_owned(),
+        None => format!("--max-hold reached; {limit}"),
+    }
+}
+
+/// Extends the lock to `ttl`, unless its validity ends first (`None`).
+async fn extend_within(
+    guard: &mut LockGuard,
+    ttl: Duration,
+    valid_until: Instant,
+) -> Option<quorlock::Result<()>> {
+    tokio::select! {
+        biased;
+        _ = tokio::time::sleep_until(valid_until.into()) => None,
+        extended = guard.extend(ttl) => Some(extended),
+    }
+}
+
+/// Whether a failed extension may be tried again: too few nodes answered
+/// (the lock may still be ours), not refused by the quorum or too late.
+fn may_retry(err: &quorlock::Error) -> bool {
+    matches!(
+        err.lost_reason(),
+        Some(LostReason::Unreachable { .. }) | None
+    )
+}
+
 /// Runs the kill schedule (see the crate docs) until CMD exits or the lock
 /// is gone, forwarding signals to CMD's group meanwhile.
 async fn supervise(
@@ -404,11 +436,7 @@ async fn supervise(
             retry_at.unwrap_or_else(|| valid_until.checked_sub(lead).unwrap_or(valid_until));
         let may_extend =
             renew_at.saturating_duration_since(guard.acquired_at()) + ttl <= args.max_hold;
-        let why = |limit: &str, failure: &Option<String>| match failure {
-            Some(failure) => format!("{failure}; {limit}"),
-            None if may_extend => limit.to_owned(),
-            None => format!("--max-hold reached; {limit}"),
-        };
+        let why = |limit: &str, failure: &Option<String>| lost_why(limit, failure, may_extend);
         tokio::select! {
             biased;
             _ = tokio::time::sleep_until(valid_until.into()) => {
@@ -429,12 +457,7 @@ async fn supervise(
             }
             signal = signals.next() => group.signal(signal),
             _ = tokio::time::sleep_until(renew_at.into()), if may_extend => {
-                let extended = tokio::select! {
-                    biased;
-                    _ = tokio::time::sleep_until(valid_until.into()) => None,
-                    extended = guard.extend(ttl) => Some(extended),
-                };
-                match extended {
+                match extend_within(guard, ttl, valid_until).await {
                     None => continue, // the validity ended first: the branch above acts
                     Some(Ok(())) => {
                         retry_at = None;
@@ -444,18 +467,16 @@ async fn supervise(
                             eprintln!("quorlock: the lock is extended again");
                         }
                     }
-                    Some(Err(err)) => match err.lost_reason() {
-                        Some(LostReason::Unreachable { .. }) | None => {
-                            retry_at = Some(Instant::now() + retry_pause);
-                            last_failure = Some(err.to_string());
-                        }
-                        // Refused by the quorum, or too late: another client
-                        // may hold the lock now.
-                        Some(_) => {
-                            group.kill();
-                            return Ended::Lost(format!("{err} (SIGKILL at once)"));
-                        }
-                    },
+                    Some(Err(err)) if may_retry(&err) => {
+                        retry_at = Some(Instant::now() + retry_pause);
+                        last_failure = Some(err.to_string());
+                    }
+                    // Refused by the quorum, or too late: another client
+                    // may hold the lock now.
+                    Some(Err(err)) => {
+                        group.kill();
+                        return Ended::Lost(format!("{err} (SIGKILL at once)"));
+                    }
                 }
             }
         }

@@ -1,3 +1,7 @@
+//! Tasks and the state they share: [`spawn`] (on the current runtime, if
+//! there is one), [`Background`] (the client's counted background work) and
+//! [`lock`] (a mutex that a panicked task held is still usable).
+//!
 //! The client's background work: releases of dropped guards and of `lock`
 //! calls dropped mid-round, releases that timed out and finish late, and the
 //! calls of a round still under way when the round was decided. Each such
@@ -8,10 +12,38 @@
 //! [`Redlock::flush`]: crate::Redlock::flush
 
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
+
+/// Runs `task` on the current tokio runtime, uncounted. Returns `false` (and
+/// drops the task) outside a runtime: never a panic, never a blocked thread.
+pub(crate) fn spawn<F>(task: F) -> bool
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(task);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// Whether this thread runs within a tokio runtime (so that [`spawn`] works).
+pub(crate) fn has_runtime() -> bool {
+    tokio::runtime::Handle::try_current().is_ok()
+}
+
+/// Locks `mutex`, taking it over from a task that panicked while holding it
+/// (the state every holder leaves is valid between statements).
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// Counts a client's background tasks. Cheap to clone.
 #[derive(Debug, Clone, Default)]
@@ -44,16 +76,15 @@ impl Background {
     where
         F: Future + Send + 'static,
     {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        if !has_runtime() {
             return false;
-        };
+        }
         self.shared.running.fetch_add(1, Ordering::AcqRel);
         let running = Running(self.shared.clone());
-        runtime.spawn(async move {
+        spawn(async move {
             let _running = running;
             task.await;
-        });
-        true
+        })
     }
 
     /// Waits until no counted task runs. Cancel safe.

@@ -1,48 +1,20 @@
-//! The builder: options, their defaults, and validation.
+//! Configuration: the options a [`RedlockBuilder`] collects (defaults as
+//! its associated constants), checked into a [`Config`] that the engine runs
+//! on. Making the client out of them, [`RedlockBuilder::build`], belongs to
+//! the client (`redlock.rs`), which this file does not know.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Client, ConnectionAddr};
 
-use crate::background::Background;
-use crate::error::{Error, Result};
-use crate::node::Node;
-use crate::quorum;
-use crate::redlock::Redlock;
-use crate::standing::{RestartPolicy, Standings};
-
-/// Default retries after the first round when no acquire timeout is set.
-pub const DEFAULT_RETRY_COUNT: u32 = 10;
-/// Default pause between rounds, before jitter.
-pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
-/// Default jitter: each pause is drawn uniformly from `delay ± jitter`.
-pub const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(100);
-/// Default bound on each call to one node.
-pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
-/// Default bound on connecting to one node, including its check.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// Default clock-drift factor: 1% of the TTL (plus 2 ms).
-pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
-/// Default prefix put before every resource name to form the Redis key.
-pub const DEFAULT_KEY_PREFIX: &str = "quorlock:";
-/// Default longest time [`LockGuard::run`](crate::LockGuard::run) keeps a lock
-/// by extending it, counted from acquisition.
-pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(60);
-
-/// Default [restart grace](RedlockBuilder::restart_grace): how long a node
-/// that restarted without durable data does not count, at least. Each client
-/// also covers the longest TTL it has used itself.
-pub const DEFAULT_RESTART_GRACE: Duration = Duration::from_secs(60);
-
-/// Default key of each node's fencing counter (one per node, shared by all
-/// resources), used with [`RedlockBuilder::fencing`].
-pub const DEFAULT_FENCING_COUNTER_KEY: &str = "quorlock-fencing-counter";
+use crate::error::BuildError;
+use crate::quorum::MAX_TTL;
 
 /// The longest retry delay, retry jitter, per-node or connect timeout accepted.
 const MAX_DELAY_OPTION: Duration = Duration::from_secs(3600);
 
-/// The validated options of a [`Redlock`].
+/// The options of a client, checked by [`RedlockBuilder::validate`].
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) retry_count: Option<u32>,
@@ -56,8 +28,10 @@ pub(crate) struct Config {
     pub(crate) auto_extend: bool,
     pub(crate) max_hold: Duration,
     pub(crate) max_extensions: Option<u32>,
-    /// The per-node fencing counter key; `None`: fencing off.
-    pub(crate) fencing_counter_key: Option<Arc<[u8]>>,
+    /// Whether locks carry fencing tokens.
+    pub(crate) fencing: bool,
+    /// The key of each node's fencing counter (used with fencing on).
+    pub(crate) fencing_counter_key: Arc<[u8]>,
     pub(crate) release_notifications: bool,
     pub(crate) restart_grace: Duration,
     pub(crate) trust_durable_nodes: bool,
@@ -65,6 +39,11 @@ pub(crate) struct Config {
 }
 
 impl Config {
+    /// The fencing counter's key with fencing on; `None` with it off.
+    pub(crate) fn counter_key(&self) -> Option<&Arc<[u8]>> {
+        self.fencing.then_some(&self.fencing_counter_key)
+    }
+
     /// Retries allowed after the first round: the configured count; with none
     /// configured, the default, or no limit when an acquire timeout bounds the wait.
     /// Zero makes `lock` one round; otherwise [`patience`](Self::patience) bounds it.
@@ -72,7 +51,7 @@ impl Config {
         match (self.retry_count, self.acquire_timeout) {
             (Some(count), _) => count,
             (None, Some(_)) => u32::MAX,
-            (None, None) => DEFAULT_RETRY_COUNT,
+            (None, None) => RedlockBuilder::DEFAULT_RETRY_COUNT,
         }
     }
 
@@ -100,18 +79,21 @@ impl Default for Config {
         Config {
             retry_count: None,
             acquire_timeout: None,
-            retry_delay: DEFAULT_RETRY_DELAY,
-            retry_jitter: DEFAULT_RETRY_JITTER,
-            node_timeout: DEFAULT_NODE_TIMEOUT,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            drift_factor: DEFAULT_DRIFT_FACTOR,
-            key_prefix: DEFAULT_KEY_PREFIX.as_bytes().into(),
+            retry_delay: RedlockBuilder::DEFAULT_RETRY_DELAY,
+            retry_jitter: RedlockBuilder::DEFAULT_RETRY_JITTER,
+            node_timeout: RedlockBuilder::DEFAULT_NODE_TIMEOUT,
+            connect_timeout: RedlockBuilder::DEFAULT_CONNECT_TIMEOUT,
+            drift_factor: RedlockBuilder::DEFAULT_DRIFT_FACTOR,
+            key_prefix: RedlockBuilder::DEFAULT_KEY_PREFIX.as_bytes().into(),
             auto_extend: true,
-            max_hold: DEFAULT_MAX_HOLD,
+            max_hold: RedlockBuilder::DEFAULT_MAX_HOLD,
             max_extensions: None,
-            fencing_counter_key: None,
+            fencing: false,
+            fencing_counter_key: RedlockBuilder::DEFAULT_FENCING_COUNTER_KEY
+                .as_bytes()
+                .into(),
             release_notifications: true,
-            restart_grace: DEFAULT_RESTART_GRACE,
+            restart_grace: RedlockBuilder::DEFAULT_RESTART_GRACE,
             trust_durable_nodes: true,
             strict_restarts: false,
         }
@@ -124,9 +106,9 @@ enum Nodes {
     Clients(Vec<Client>),
 }
 
-/// Builds a [`Redlock`] with options other than the defaults.
+/// Builds a [`Redlock`](crate::Redlock) with options other than the defaults.
 ///
-/// Made by [`Redlock::builder`] (from URLs) or [`RedlockBuilder::from_clients`]
+/// Made by [`Redlock::builder`](crate::Redlock::builder) (from URLs) or [`RedlockBuilder::from_clients`]
 /// (from `redis::Client`s you configured yourself, e.g. for TLS). Nothing is
 /// checked or connected until [`build`](RedlockBuilder::build).
 ///
@@ -135,7 +117,7 @@ enum Nodes {
 /// ```
 /// use std::time::Duration;
 ///
-/// # fn main() -> Result<(), quorlock::Error> {
+/// # fn main() -> Result<(), quorlock::BuildError> {
 /// let redlock = quorlock::Redlock::builder([
 ///     "redis://127.0.0.1:7001",
 ///     "redis://127.0.0.1:7002",
@@ -157,6 +139,31 @@ pub struct RedlockBuilder {
 }
 
 impl RedlockBuilder {
+    /// Default retries after the first round when no acquire timeout is set.
+    pub const DEFAULT_RETRY_COUNT: u32 = 10;
+    /// Default pause between rounds, before jitter.
+    pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
+    /// Default jitter: each pause is drawn uniformly from `delay ± jitter`.
+    pub const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(100);
+    /// Default bound on each call to one node.
+    pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+    /// Default bound on connecting to one node, including its check.
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+    /// Default clock-drift factor: 1% of the TTL (plus 2 ms).
+    pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+    /// Default prefix put before every resource name to form the Redis key.
+    pub const DEFAULT_KEY_PREFIX: &'static str = "quorlock:";
+    /// Default longest time [`LockGuard::run`](crate::LockGuard::run) keeps a
+    /// lock by extending it, counted from acquisition.
+    pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(60);
+    /// Default [restart grace](Self::restart_grace): how long a node that
+    /// restarted without durable data does not count, at least. Each client
+    /// also covers the longest TTL it has used itself.
+    pub const DEFAULT_RESTART_GRACE: Duration = Duration::from_secs(60);
+    /// Default key of each node's fencing counter (one per node, shared by
+    /// all resources), used with [`fencing`](Self::fencing) on.
+    pub const DEFAULT_FENCING_COUNTER_KEY: &'static str = "quorlock-fencing-counter";
+
     pub(crate) fn from_urls<I, S>(urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -184,15 +191,15 @@ impl RedlockBuilder {
         }
     }
 
-    /// With [`retry_delay`](Self::retry_delay), how long [`Redlock::lock`]
+    /// With [`retry_delay`](Self::retry_delay), how long [`Redlock::lock`](crate::Redlock::lock)
     /// waits: its patience is `retry_count × retry_delay` from the call (2 s
     /// with the defaults), however often it is woken meanwhile; with an
     /// [`acquire_timeout`](Self::acquire_timeout) too, the shorter of the
     /// two. Rounds are not counted: a waiting call makes one whenever the
     /// lock is handed to it, and a refresh round every
-    /// [`REFRESH_INTERVAL`](crate::REFRESH_INTERVAL).
+    /// [`Redlock::REFRESH_INTERVAL`](crate::Redlock::REFRESH_INTERVAL).
     ///
-    /// Default: 10 ([`DEFAULT_RETRY_COUNT`]); with an acquire timeout set and
+    /// Default: 10 ([`DEFAULT_RETRY_COUNT`](Self::DEFAULT_RETRY_COUNT)); with an acquire timeout set and
     /// no retry count, the timeout alone bounds the wait. Zero makes `lock`
     /// behave like `try_lock` (one round, no queue).
     pub fn retry_count(mut self, retries: u32) -> Self {
@@ -200,7 +207,7 @@ impl RedlockBuilder {
         self
     }
 
-    /// The longest [`Redlock::lock`] waits, counted from the call (its
+    /// The longest [`Redlock::lock`](crate::Redlock::lock) waits, counted from the call (its
     /// patience; see [`retry_count`](Self::retry_count)). No round starts
     /// after it; one round already under way may finish (at most twice the
     /// [`node_timeout`](Self::node_timeout) later, three times with
@@ -269,7 +276,7 @@ impl RedlockBuilder {
     }
 
     /// Whether [`LockGuard::run`](crate::LockGuard::run) and
-    /// [`Redlock::with_lock`] extend the lock while the work runs. Off, the work
+    /// [`Redlock::with_lock`](crate::Redlock::with_lock) extend the lock while the work runs. Off, the work
     /// is cancelled when the first validity ends. Default: on.
     pub fn auto_extend(mut self, on: bool) -> Self {
         self.config.auto_extend = on;
@@ -296,7 +303,7 @@ impl RedlockBuilder {
     /// client) and claims it at once. Handoffs are published either way.
     /// Default: on. Off, a waiter learns of its turn at its next refresh
     /// round: after its jittered retry delay, or
-    /// [`REFRESH_INTERVAL`](crate::REFRESH_INTERVAL) if that is shorter.
+    /// [`Redlock::REFRESH_INTERVAL`](crate::Redlock::REFRESH_INTERVAL) if that is shorter.
     pub fn release_notifications(mut self, on: bool) -> Self {
         self.config.release_notifications = on;
         self
@@ -306,15 +313,11 @@ impl RedlockBuilder {
     /// holder's, from [`LockGuard::fencing_token`](crate::LockGuard::fencing_token).
     /// Costs one more round trip per acquisition (the write-back); off by
     /// default, and then no extra command is sent. Each node keeps one counter
-    /// under [`DEFAULT_FENCING_COUNTER_KEY`] (see
-    /// [`fencing_counter_key`](Self::fencing_counter_key)).
+    /// under [`DEFAULT_FENCING_COUNTER_KEY`](Self::DEFAULT_FENCING_COUNTER_KEY)
+    /// (or [`fencing_counter_key`](Self::fencing_counter_key): the two
+    /// options are independent, in any order).
     pub fn fencing(mut self, on: bool) -> Self {
-        self.config.fencing_counter_key = on.then(|| {
-            self.config
-                .fencing_counter_key
-                .take()
-                .unwrap_or_else(|| DEFAULT_FENCING_COUNTER_KEY.as_bytes().into())
-        });
+        self.config.fencing = on;
         self
     }
 
@@ -335,9 +338,9 @@ impl RedlockBuilder {
     /// others still make a quorum. Shorter than another client's TTL is
     /// unsafe. Zero switches the protection off (the behaviour of other
     /// Redlock clients: an immediate restart without persistence can grant a
-    /// second holder). Default: [`DEFAULT_RESTART_GRACE`], 60 s, which covers
+    /// second holder). Default: [`DEFAULT_RESTART_GRACE`](Self::DEFAULT_RESTART_GRACE), 60 s, which covers
     /// the TTLs of the CLI (10 s by default), of the Redis docs' examples and
-    /// of most uses; at most [`MAX_TTL`](crate::MAX_TTL).
+    /// of most uses; at most [`Redlock::MAX_TTL`](crate::Redlock::MAX_TTL).
     pub fn restart_grace(mut self, grace: Duration) -> Self {
         self.config.restart_grace = grace;
         self
@@ -370,123 +373,88 @@ impl RedlockBuilder {
         self
     }
 
-    /// Turns fencing on with this counter key on each node instead of the
-    /// default. No resource may map to this key.
+    /// The key of each node's fencing counter, instead of
+    /// [`DEFAULT_FENCING_COUNTER_KEY`](Self::DEFAULT_FENCING_COUNTER_KEY).
+    /// It only names the key: [`fencing`](Self::fencing) switches fencing
+    /// on, whichever is called first. With fencing on, no resource may map
+    /// to this key. Must not be empty.
     pub fn fencing_counter_key(mut self, key: impl AsRef<[u8]>) -> Self {
-        self.config.fencing_counter_key = Some(key.as_ref().into());
+        self.config.fencing_counter_key = key.as_ref().into();
         self
     }
 
-    /// Validates the options and makes the client. It does not connect: each
-    /// node is connected on first use, so nodes that are down now are used
-    /// once they come up.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::NoNodes`], [`Error::InvalidUrl`] (unparsable, unknown scheme,
-    /// port 0), [`Error::InvalidDriftFactor`], [`Error::InvalidOption`] (a zero
-    /// per-node timeout, a delay over an hour).
-    pub fn build(self) -> Result<Redlock> {
+    /// Checks the options and opens the URLs: the clients and the
+    /// [`Config`] to build the engine on.
+    pub(crate) fn validate(self) -> Result<(Vec<Client>, Config), BuildError> {
         let config = self.config;
-        if !(0.0..1.0).contains(&config.drift_factor) {
-            return Err(Error::InvalidDriftFactor {
-                value: config.drift_factor,
-            });
-        }
-        if config
-            .fencing_counter_key
-            .as_ref()
-            .is_some_and(|key| key.is_empty())
-        {
-            return Err(invalid_option("fencing_counter_key", "must not be empty"));
-        }
-        if config.node_timeout.is_zero() {
-            return Err(invalid_option("node_timeout", "must be above zero"));
-        }
-        if config.connect_timeout.is_zero() {
-            return Err(invalid_option("connect_timeout", "must be above zero"));
-        }
-        if config.restart_grace > crate::quorum::MAX_TTL {
-            return Err(invalid_option("restart_grace", "must be at most 365 days"));
-        }
-        for (option, value) in [
-            ("node_timeout", config.node_timeout),
-            ("connect_timeout", config.connect_timeout),
-            ("retry_delay", config.retry_delay),
-            ("retry_jitter", config.retry_jitter),
-        ] {
-            if value > MAX_DELAY_OPTION {
-                return Err(invalid_option(option, "must be at most one hour"));
-            }
-        }
+        config.check()?;
         let clients = match self.nodes {
             Nodes::Clients(clients) => clients,
             Nodes::Urls(urls) => urls
                 .iter()
                 .map(|url| open_url(url))
-                .collect::<Result<Vec<_>>>()?,
+                .collect::<Result<Vec<_>, _>>()?,
         };
         if clients.is_empty() {
-            return Err(Error::NoNodes);
+            return Err(BuildError::NoNodes);
         }
         for client in &clients {
             if let ConnectionAddr::Tcp(_, 0) | ConnectionAddr::TcpTls { port: 0, .. } =
                 client.get_connection_info().addr()
             {
-                return Err(Error::InvalidUrl {
+                return Err(BuildError::InvalidUrl {
                     url: client.get_connection_info().addr().to_string(),
                     reason: "port 0 is not a port a server listens on".into(),
                 });
             }
         }
-        let background = Background::default();
-        let standings = Standings::new(
-            clients.iter().map(Node::name_of).collect(),
-            RestartPolicy {
-                grace: config.restart_grace,
-                trust_durable: config.trust_durable_nodes,
-                strict: config.strict_restarts,
-                drift_factor: config.drift_factor,
-            },
-            &config.key_prefix,
-            crate::scripts::for_client(config.fencing_counter_key.is_some()),
-            config.node_timeout,
-            config.connect_timeout,
-        );
-        let nodes: Vec<Node> = clients
-            .into_iter()
-            .enumerate()
-            .map(|(index, client)| {
-                Node::new(
-                    client,
-                    config.node_timeout,
-                    config.connect_timeout,
-                    background.clone(),
-                    standings.clone(),
-                    index,
-                )
-            })
-            .collect();
-        if nodes.len().is_multiple_of(2) {
-            tracing::warn!(
-                nodes = nodes.len(),
-                quorum = quorum::quorum(nodes.len()),
-                "an even number of lock nodes tolerates no more failures than one node fewer"
-            );
-        }
-        Ok(Redlock::from_parts(nodes, config, background, standings))
+        Ok((clients, config))
     }
 }
 
-fn invalid_option(option: &'static str, reason: &str) -> Error {
-    Error::InvalidOption {
+impl Config {
+    /// Refuses options out of range.
+    fn check(&self) -> Result<(), BuildError> {
+        if !(0.0..1.0).contains(&self.drift_factor) {
+            return Err(BuildError::InvalidDriftFactor {
+                value: self.drift_factor,
+            });
+        }
+        if self.fencing_counter_key.is_empty() {
+            return Err(invalid_option("fencing_counter_key", "must not be empty"));
+        }
+        if self.node_timeout.is_zero() {
+            return Err(invalid_option("node_timeout", "must be above zero"));
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(invalid_option("connect_timeout", "must be above zero"));
+        }
+        if self.restart_grace > MAX_TTL {
+            return Err(invalid_option("restart_grace", "must be at most 365 days"));
+        }
+        for (option, value) in [
+            ("node_timeout", self.node_timeout),
+            ("connect_timeout", self.connect_timeout),
+            ("retry_delay", self.retry_delay),
+            ("retry_jitter", self.retry_jitter),
+        ] {
+            if value > MAX_DELAY_OPTION {
+                return Err(invalid_option(option, "must be at most one hour"));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn invalid_option(option: &'static str, reason: &str) -> BuildError {
+    BuildError::InvalidOption {
         option,
         reason: reason.to_owned(),
     }
 }
 
-fn open_url(url: &str) -> Result<Client> {
-    Client::open(url).map_err(|err| Error::InvalidUrl {
+fn open_url(url: &str) -> Result<Client, BuildError> {
+    Client::open(url).map_err(|err| BuildError::InvalidUrl {
         url: redact_url(url),
         reason: err.to_string(),
     })

@@ -1,0 +1,589 @@
+//! Acquiring: the loop behind `lock` and `try_lock`, as named steps. Each
+//! attempt **takes its turn** (a plain `SET NX`, or its place in the queue on
+//! the nodes, or a claim of a lock handed on to it), makes one **round**,
+//! **fences** a won round (with fencing on), or **cleans up** a lost one
+//! (releases what it set, keeps or gives up its place in the queue) and
+//! **pauses** until its next turn or until its patience ends.
+//!
+//! A round in flight is an [`InFlight`]: a private guard that releases what
+//! the round set if the call is dropped mid-round. It becomes a
+//! [`LockGuard`] only when the round wins. A `lock` call's place in the
+//! queue is a [`Waiting`], which leaves the queue however the call ends.
+//!
+//! What may grant a lock here is only the quorum of a round (and of its
+//! fencing write-back): the queue, the notifications and the memory of busy
+//! keys only choose which correct round to make and when (see `queue.rs`).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use tracing::Instrument;
+
+use crate::answer::Answer;
+use crate::engine::{Engine, To};
+use crate::error::{Error, Result, show_resource};
+use crate::guard::LockGuard;
+use crate::notify::{Gates, Listening};
+use crate::queue::{self, Place};
+use crate::quorum::{self, Ttl, Votes};
+use crate::request::{LockId, Request};
+use crate::round::{Round, Until};
+use crate::standing::NotReady;
+
+/// Takes the lock on `resource`: one round for `try_lock` (`waits` false),
+/// or, for `lock`, waiting in the queue on the nodes until the call's
+/// patience ends (see `Redlock::lock`).
+pub(crate) async fn acquire(
+    engine: &Arc<Engine>,
+    resource: &[u8],
+    ttl: Duration,
+    waits: bool,
+) -> Result<LockGuard> {
+    let called = Instant::now();
+    let config = &engine.config;
+    let deadline = if waits {
+        Some(called + config.patience())
+    } else {
+        config
+            .acquire_timeout
+            .and_then(|timeout| called.checked_add(timeout))
+    };
+    let key = engine.key(resource)?;
+    let ttl = engine.ttl(ttl)?;
+    Error::ensure_runtime()?;
+    first_contact(engine, resource, deadline).await?;
+    let span = tracing::debug_span!("quorlock.lock", resource = %show_resource(resource), ttl_ms = ttl.millis);
+    let acquisition = Acquisition {
+        engine,
+        waiting: waits.then(|| Waiting::new(engine, &key)),
+        key,
+        resource,
+        ttl,
+        deadline,
+        attempt: 0,
+        claiming: false,
+    };
+    acquisition.run().instrument(span).await
+}
+
+/// A client's first call waits for its first checks of the nodes; no round
+/// starts after the deadline.
+async fn first_contact(engine: &Engine, resource: &[u8], deadline: Option<Instant>) -> Result<()> {
+    match engine.first_contact(deadline).await {
+        Ok(()) => Ok(()),
+        Err(NotReady::Misconfigured(reason)) => Err(Error::Misconfigured { reason }),
+        Err(NotReady::DeadlinePassed(unchecked)) => {
+            let mut votes = Votes::new(engine.nodes.len());
+            for err in &unchecked {
+                votes.record(&Answer::Failed(err.clone()));
+            }
+            Err(Error::Unavailable {
+                resource: show_resource(resource),
+                votes,
+                attempts: 0,
+                source: unchecked.last().cloned(),
+                not_counted: unchecked.into_boxed_slice(),
+            })
+        }
+    }
+}
+
+/// One `lock` or `try_lock` call under way.
+struct Acquisition<'a> {
+    engine: &'a Arc<Engine>,
+    key: Arc<[u8]>,
+    resource: &'a [u8],
+    ttl: Ttl,
+    /// No round starts after it; `None`: one round (`try_lock`).
+    deadline: Option<Instant>,
+    /// A `lock` call's place in the queue; `None` for `try_lock`.
+    waiting: Option<Waiting>,
+    attempt: u32,
+    /// Set when a handoff notification ended the wait: the next round is a
+    /// claim, sent to each node once it notified.
+    claiming: bool,
+}
+
+impl Acquisition<'_> {
+    /// Attempts until one wins or the patience ends.
+    async fn run(mut self) -> Result<LockGuard> {
+        loop {
+            self.attempt = self.attempt.saturating_add(1);
+            let mut in_flight = self.round().await;
+            let won = in_flight.round.votes.has_quorum()
+                && self.ttl.validity_after(in_flight.decided_after).is_some();
+            let fence_failure = if won {
+                match self.fence(&mut in_flight).await {
+                    Ok(fencing_token) => return Ok(self.won(in_flight, fencing_token)),
+                    Err(failure) => Some(failure),
+                }
+            } else {
+                None
+            };
+            let error = self.clean_up(&mut in_flight, fence_failure).await;
+            self.pause(error).await?;
+        }
+    }
+
+    /// Takes this attempt's turn: the request for the round, and for a
+    /// claim, the gates that send it to each node once it notified.
+    ///
+    /// A caller's first round is a plain `SET NX`: free when nobody waits (a
+    /// lock with waiters is held or handed on, never absent, so it does not
+    /// jump the queue); the queue script from the second round on, or from
+    /// the first when this client's last call found the key taken (`Busy`).
+    fn take_turn(&mut self, lock: LockId) -> (Request, Option<Gates>) {
+        let (ttl_ms, counter_key) = (self.ttl.millis, self.engine.config.counter_key().cloned());
+        let Some(waiting) = &mut self.waiting else {
+            return (
+                Request::Acquire {
+                    lock,
+                    ttl_ms,
+                    counter_key,
+                },
+                None,
+            );
+        };
+        // The handoffs seen so far, forgotten: this round's outcome replaces them.
+        let gates = waiting.listening.as_mut().and_then(|listening| {
+            let notified = listening.take();
+            std::mem::take(&mut self.claiming)
+                .then(|| Gates::new(listening, notified, Instant::now() + queue::CLAIM_GRACE))
+        });
+        if std::mem::replace(&mut waiting.first, false) {
+            return (
+                Request::Acquire {
+                    lock,
+                    ttl_ms,
+                    counter_key,
+                },
+                gates,
+            );
+        }
+        waiting.joined = true;
+        let (waiter, ticket) = (waiting.join().clone(), waiting.ticket);
+        let request = Request::Wait {
+            lock,
+            ttl_ms,
+            counter_key,
+            waiter,
+            ticket,
+        };
+        (request, gates)
+    }
+
+    /// Makes one round, until it is decided. Dropped mid-round (the call
+    /// cancelled), the round finishes in the background and then releases
+    /// whatever it set.
+    async fn round(&mut self) -> InFlight {
+        let lock = LockId::fresh(&self.key);
+        let (request, gates) = self.take_turn(lock.clone());
+        let start = Instant::now();
+        let to = gates.as_ref().map_or(To::All, To::Gated);
+        let waiter = match &request {
+            Request::Wait { waiter, .. } => Some(waiter.clone()),
+            _ => None,
+        };
+        let mut in_flight = InFlight {
+            engine: self.engine.clone(),
+            round: self.engine.ask(&request, to),
+            lock,
+            start,
+            decided_after: Duration::ZERO,
+            settled: false,
+            waiter,
+        };
+        in_flight.round.collect(Until::Decided).await;
+        in_flight.decided_after = start.elapsed();
+        let (elapsed, votes) = (in_flight.decided_after, in_flight.round.votes);
+        tracing::debug!(
+            attempt = self.attempt,
+            granted = votes.granted,
+            refused = votes.refused,
+            failed = votes.failed,
+            quorum = votes.quorum,
+            elapsed_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+            "acquire round"
+        );
+        if self.attempt == 1 && self.waiting.is_some() {
+            // What the next call's first round should be (see `Busy`).
+            if votes.has_quorum() {
+                self.engine.busy.note(&self.key, false);
+            } else if votes.refused > 0 {
+                self.engine.busy.note(&self.key, true);
+            }
+        }
+        in_flight
+    }
+
+    /// With fencing on, completes a won round: the fencing token `T` is the
+    /// highest counter the granting nodes returned, written back to every
+    /// granting node (`counter = max(counter, T)`, only while the node still
+    /// holds our key). Succeeds with `Some(T)` if a quorum took the
+    /// write-back and validity is left; `Ok(None)` with fencing off (no
+    /// round trip).
+    async fn fence(
+        &self,
+        in_flight: &mut InFlight,
+    ) -> std::result::Result<Option<u64>, FenceFailure> {
+        let Some(counter_key) = self.engine.config.counter_key() else {
+            return Ok(None);
+        };
+        // A won round's counted grants carry counters: the quorum guarantees one.
+        let fencing_token = in_flight.round.highest_counter().unwrap_or(0);
+        let request = Request::WriteBack {
+            lock: in_flight.lock.clone(),
+            counter_key: counter_key.clone(),
+            fencing_token,
+        };
+        // Nodes that did not grant are not part of the holding set.
+        let granted = in_flight
+            .round
+            .nodes(|answer| answer.is_some_and(Answer::is_granted));
+        let mut round = self.engine.ask(&request, To::Only(&granted));
+        round.collect(Until::Decided).await;
+        let elapsed = in_flight.start.elapsed();
+        tracing::debug!(
+            written_back = round.votes.granted,
+            quorum = round.votes.quorum,
+            "fencing write-back"
+        );
+        let valid = self.ttl.validity_after(elapsed).is_some();
+        if round.votes.has_quorum() && valid && fencing_token > 0 {
+            Ok(Some(fencing_token))
+        } else {
+            Err(FenceFailure { round, elapsed })
+        }
+    }
+
+    /// The round won: a waiter that joined the queue leaves it where its
+    /// entry may remain, and a guard takes over the keys.
+    fn won(&mut self, mut in_flight: InFlight, fencing_token: Option<u64>) -> LockGuard {
+        if let Some(waiting) = self.waiting.take().filter(|waiting| waiting.joined) {
+            waiting.won(in_flight.round.finish_later());
+        }
+        in_flight.settled = true;
+        LockGuard::acquired(
+            self.engine.clone(),
+            in_flight.lock.clone(),
+            self.resource.len(),
+            (self.ttl, in_flight.start),
+            fencing_token,
+        )
+    }
+
+    /// The round is lost: releases what it set and returns why it failed.
+    /// A waiter keeps its place: the highest ticket a node gave it is its
+    /// ticket from now on, and a node that gave another (or set the key)
+    /// learns it next round.
+    async fn clean_up(&mut self, in_flight: &mut InFlight, fenced: Option<FenceFailure>) -> Error {
+        let elapsed = in_flight.decided_after;
+        let (highest, agree) = in_flight.round.tickets();
+        let granted = in_flight.round.votes.granted;
+        let place = match &mut self.waiting {
+            Some(waiting) if waiting.joined => waiting.keep_place(highest, agree, granted),
+            Some(waiting) => {
+                // The plain first round found the lock taken: join now.
+                waiting.rewrite = true;
+                Place::None
+            }
+            None => Place::None,
+        };
+        in_flight.release(place).await;
+        match fenced {
+            Some(mut fenced) => failure(
+                self.resource,
+                &mut fenced.round,
+                fenced.elapsed,
+                self.attempt,
+            ),
+            None => failure(self.resource, &mut in_flight.round, elapsed, self.attempt),
+        }
+    }
+
+    /// Waits before the next attempt: for a handoff (the lock is held
+    /// elsewhere) or the jittered retry delay (too few nodes answered);
+    /// `Err(error)` when no attempt may follow.
+    async fn pause(&mut self, error: Error) -> Result<()> {
+        let (Some(waiting), Some(deadline)) = (&mut self.waiting, self.deadline) else {
+            return Err(error);
+        };
+        if Instant::now() >= deadline {
+            return Err(error);
+        }
+        if error.is_contended() {
+            if !std::mem::take(&mut waiting.rewrite) {
+                let listening = waiting.listening.as_mut();
+                self.claiming = await_handoff(&self.engine.config, listening, deadline).await;
+            }
+        } else {
+            let config = &self.engine.config;
+            let unit = rand::rng().random::<f64>();
+            let delay = quorum::jittered(config.retry_delay, config.retry_jitter, unit);
+            tokio::time::sleep_until((Instant::now() + delay).min(deadline).into()).await;
+        }
+        // No round starts after the deadline.
+        if Instant::now() >= deadline {
+            return Err(error);
+        }
+        Ok(())
+    }
+}
+
+/// Waits until a node told this waiter that it reserved the lock for it
+/// (`true`: the next round is a claim, sent to each node once it told, or
+/// [`CLAIM_GRACE`](queue::CLAIM_GRACE) after the round started), until its
+/// next refresh round is due, or until `deadline` (`false`). Without
+/// notifications it waits for the refresh round alone, which comes after
+/// the jittered retry delay if that is shorter.
+async fn await_handoff(
+    config: &crate::config::Config,
+    listening: Option<&mut Listening>,
+    deadline: Instant,
+) -> bool {
+    let Some(listening) = listening else {
+        let unit = rand::rng().random::<f64>();
+        let refresh = quorum::jittered(config.retry_delay, config.retry_jitter, unit)
+            .min(queue::REFRESH_INTERVAL);
+        tokio::time::sleep_until((Instant::now() + refresh).min(deadline).into()).await;
+        return false;
+    };
+    let wake = (Instant::now() + queue::REFRESH_INTERVAL).min(deadline);
+    loop {
+        if listening.reserved() > 0 {
+            return true;
+        }
+        tokio::select! {
+            _ = listening.changed() => {}
+            _ = tokio::time::sleep_until(wake.into()) => return false,
+        }
+    }
+}
+
+/// Why a fenced acquisition failed after its quorum: the write-back round's
+/// outcome and how long everything took.
+struct FenceFailure {
+    round: Round,
+    elapsed: Duration,
+}
+
+/// The error for a failed acquire round.
+fn failure(resource: &[u8], round: &mut Round, elapsed: Duration, attempts: u32) -> Error {
+    let (votes, last_error) = round.tally();
+    let not_counted = round.take_not_counted();
+    let resource = show_resource(resource);
+    if votes.has_quorum() {
+        Error::NoValidity {
+            resource,
+            votes,
+            elapsed,
+            attempts,
+        }
+    } else if votes.failures_rule_out_quorum() {
+        Error::Unavailable {
+            resource,
+            votes,
+            attempts,
+            source: last_error,
+            not_counted,
+        }
+    } else {
+        Error::Contended {
+            resource,
+            votes,
+            attempts,
+            source: last_error,
+            not_counted,
+        }
+    }
+}
+
+/// A `lock` call's place in the queue on the nodes. Dropped (the call ends
+/// without the lock: it gave up, or its future was dropped), it leaves the
+/// queue on every node in the background.
+struct Waiting {
+    engine: Arc<Engine>,
+    key: Arc<[u8]>,
+    /// The waiter id, made when it is first needed (a call whose first
+    /// round wins never needs one).
+    waiter: Option<Arc<str>>,
+    /// The ticket every node should hold for this waiter; 0 before any gave one.
+    ticket: u64,
+    listening: Option<Listening>,
+    /// Whether a round of this waiter went out (so that nodes may queue it).
+    joined: bool,
+    /// Before the call's first round, which is a plain `SET NX`.
+    first: bool,
+    /// Set when nodes hold other tickets than `ticket`: the next round goes
+    /// at once, to write it.
+    rewrite: bool,
+}
+
+impl Waiting {
+    fn new(engine: &Arc<Engine>, key: &Arc<[u8]>) -> Self {
+        Waiting {
+            engine: engine.clone(),
+            key: key.clone(),
+            waiter: None,
+            ticket: 0,
+            listening: None,
+            joined: false,
+            first: !engine.busy.is_busy(key),
+            rewrite: false,
+        }
+    }
+
+    /// The waiter id, listening (with notifications on) for handoffs to it
+    /// from before its first round in the queue: one that came between
+    /// that round's answer and a later start would be missed until the
+    /// next refresh round.
+    fn join(&mut self) -> &Arc<str> {
+        if self.listening.is_none() && self.engine.config.release_notifications {
+            let waiter = self.id().clone();
+            self.listening = Some(self.engine.notifications.listen(&waiter));
+        }
+        self.id()
+    }
+
+    /// The waiter id.
+    fn id(&mut self) -> &Arc<str> {
+        let notifications = &self.engine.notifications;
+        self.waiter
+            .get_or_insert_with(|| notifications.new_waiter())
+    }
+
+    /// After a lost round in the queue, in which the nodes that queued the
+    /// waiter gave it at most ticket `highest` (all the same one: `agree`)
+    /// and `granted` nodes set the key: the place to keep on the nodes.
+    fn keep_place(&mut self, highest: Option<u64>, agree: bool, granted: usize) -> Place {
+        let ticket = self.ticket.max(highest.unwrap_or(0));
+        self.rewrite =
+            highest.is_some_and(|high| !agree || high != ticket) || (ticket == 0 && granted > 0);
+        self.ticket = ticket;
+        Place::Keep(self.id().clone(), ticket)
+    }
+
+    /// The lock is ours: the grants removed our entry on the nodes that
+    /// granted; once the round's last answers are in (`answers`), the other
+    /// nodes (queued, failed, slow) drop it in the background.
+    fn won(mut self, answers: impl Future<Output = Vec<Option<Answer>>> + Send + 'static) {
+        self.joined = false;
+        let Some(waiter) = self.waiter.clone() else {
+            return;
+        };
+        let lock = LockId {
+            key: self.key.clone(),
+            token: waiter.clone(),
+        };
+        let engine = self.engine.clone();
+        let leave = async move {
+            let answers = answers.await;
+            let send_to = crate::round::NodeSet::of(&answers, |answer| {
+                !answer.is_some_and(Answer::is_granted)
+            });
+            if !send_to.is_empty() {
+                leave(&engine, &lock, waiter, To::Only(&send_to)).await;
+            }
+        };
+        if !self.engine.background.spawn(leave) {
+            tracing::debug!("lock call ended outside a tokio runtime: its queue entries expire");
+        }
+    }
+}
+
+/// Takes `waiter` (whose id is `lock`'s token) out of the queue on the
+/// nodes `to` names, passing on a reservation made for it.
+async fn leave(engine: &Engine, lock: &LockId, waiter: Arc<str>, to: To<'_>) {
+    // The waiter id is never a token: only a reservation for it matches.
+    engine
+        .release(lock, Place::Leave(waiter), to, Until::All)
+        .await;
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if !self.joined {
+            return;
+        }
+        let Some(waiter) = self.waiter.clone() else {
+            return;
+        };
+        let engine = self.engine.clone();
+        let lock = LockId {
+            key: self.key.clone(),
+            token: waiter.clone(),
+        };
+        let leave = async move { leave(&engine, &lock, waiter, To::All).await };
+        if !self.engine.background.spawn(leave) {
+            tracing::debug!("lock call ended outside a tokio runtime: its queue entries expire");
+        }
+    }
+}
+
+/// One acquire round in flight and the lock it asked for. Until it is won
+/// or released, dropping it (the `lock` call was cancelled mid-round) leaves
+/// a background task that waits for every node's answer to the round, so
+/// that no `SET` (or queue entry) of it can land afterwards, and then
+/// releases the key on every node, and takes the waiter out of the queue.
+struct InFlight {
+    engine: Arc<Engine>,
+    lock: LockId,
+    round: Round,
+    /// When the round started: its validity counts from here.
+    start: Instant,
+    /// How long the round took to be decided.
+    decided_after: Duration,
+    /// Won (a guard took over the keys) or released.
+    settled: bool,
+    /// The waiter whose round this is, for a `lock` call.
+    waiter: Option<Arc<str>>,
+}
+
+impl InFlight {
+    /// Releases a round that did not win. Every node answers the round (or
+    /// times out) first, so that no `SET` of it can land after the release
+    /// reached its node. The release goes to every node that did not refuse
+    /// (one that timed out may still have set the key; one that refused
+    /// cannot have), with `place` for the waiter's entry, and this returns
+    /// once the nodes that granted have answered it (each bounded by the
+    /// per-node timeout); the others answer in the background.
+    async fn release(&mut self, place: Place) {
+        self.round.collect(Until::All).await;
+        let send_to = self
+            .round
+            .nodes(|answer| !answer.is_some_and(Answer::is_refused));
+        if !send_to.is_empty() {
+            let granted = self
+                .round
+                .nodes(|answer| answer.is_some_and(Answer::is_granted));
+            let to = To::Only(&send_to);
+            self.engine
+                .release(&self.lock, place, to, Until::Answered(granted))
+                .await;
+        }
+        self.settled = true;
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let stragglers = self.round.take_pending();
+        let (engine, lock) = (self.engine.clone(), self.lock.clone());
+        let place = self.waiter.take().map_or(Place::None, Place::Leave);
+        let cleanup = async move {
+            stragglers.await;
+            engine.release(&lock, place, To::All, Until::All).await;
+        };
+        if !self.engine.background.spawn(cleanup) {
+            tracing::warn!(
+                resource = %show_resource(&self.lock.key),
+                "lock call dropped outside a tokio runtime; keys its round set expire by their ttl"
+            );
+        }
+    }
+}

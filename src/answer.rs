@@ -1,0 +1,225 @@
+//! What one node answered one request: [`Answer`], and when it failed,
+//! [`NodeError`] with its [`NodeErrorKind`], or, for a vote that does not
+//! count, [`NotCounted`]. Every call to a node ends in one `Answer`; rounds
+//! tally them into [`Votes`](crate::Votes) as they come.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One node's answer to one request of a round.
+#[derive(Debug, Clone)]
+pub(crate) enum Answer {
+    /// The node did what was asked (set, extended or deleted our key, wrote
+    /// the fencing counter back; for an inspection: it holds a key), with
+    /// the number it returned: its fencing counter, where the request
+    /// returns one.
+    Granted(Option<u64>),
+    /// The node answered no (for an inspection: the key is absent), with the
+    /// ticket under which a queue holds the waiter, where it queued one.
+    Refused(Option<u64>),
+    /// An inspection's answer where the key exists: the holder's token and
+    /// the key's remaining TTL in milliseconds (negative: none). Tallied as
+    /// a grant.
+    Holds {
+        /// The value under the key (ours are UTF-8; others shown lossily).
+        token: String,
+        /// `PTTL` of the key.
+        pttl_ms: i64,
+    },
+    /// An error, no answer within the bound, or a grant that did not count.
+    Failed(NodeError),
+}
+
+impl Answer {
+    /// A yes-or-no answer without a number.
+    pub(crate) fn yes_or_no(granted: bool) -> Self {
+        if granted {
+            Answer::Granted(None)
+        } else {
+            Answer::Refused(None)
+        }
+    }
+
+    /// Whether the node did what was asked.
+    pub(crate) fn is_granted(&self) -> bool {
+        matches!(self, Answer::Granted(_))
+    }
+
+    /// Whether the node answered no.
+    pub(crate) fn is_refused(&self) -> bool {
+        matches!(self, Answer::Refused(_))
+    }
+}
+
+impl From<Result<bool, NodeError>> for Answer {
+    fn from(answer: Result<bool, NodeError>) -> Self {
+        match answer {
+            Ok(granted) => Answer::yes_or_no(granted),
+            Err(err) => Answer::Failed(err),
+        }
+    }
+}
+
+/// What went wrong on one node in one round. It counts as a vote against.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("node {node}: {kind}")]
+pub struct NodeError {
+    node: Arc<str>,
+    #[source]
+    kind: NodeErrorKind,
+}
+
+impl NodeError {
+    pub(crate) fn new(node: Arc<str>, kind: NodeErrorKind) -> Self {
+        NodeError { node, kind }
+    }
+
+    /// The node, as `host:port` (never with credentials).
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// What happened.
+    pub fn kind(&self) -> &NodeErrorKind {
+        &self.kind
+    }
+
+    /// Whether the node did not answer within the per-node timeout (now, or
+    /// last time, so that it was skipped).
+    pub fn is_timeout(&self) -> bool {
+        matches!(
+            self.kind,
+            NodeErrorKind::Timeout(_) | NodeErrorKind::ConnectTimeout(_)
+        ) || matches!(self.not_counted(), Some(NotCounted::Unresponsive { .. }))
+    }
+
+    /// Why the node's vote did not count, where that is the error (see
+    /// [`NotCounted`]).
+    pub fn not_counted(&self) -> Option<&NotCounted> {
+        match &self.kind {
+            NodeErrorKind::NotCounted(reason) => Some(&**reason),
+            _ => None,
+        }
+    }
+
+    /// Whether the node's grant did not count because it is recovering from a
+    /// restart.
+    pub fn is_recovering(&self) -> bool {
+        self.not_counted().is_some_and(NotCounted::is_recovering)
+    }
+}
+
+/// The kinds of [`NodeError`].
+///
+/// `#[non_exhaustive]`: the ways a node can fail grow with what quorlock
+/// asks of it (and with the `redis` crate).
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeErrorKind {
+    /// No answer within the per-node timeout.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The connection failed or the node answered with an error. Shown as the
+    /// node's own reply (`READONLY You can't write…`) where there is one.
+    #[error("{}", show_redis_error(.0))]
+    Redis(#[from] Arc<redis::RedisError>),
+    /// The node answered with something the protocol does not allow.
+    #[error("unexpected reply {0}")]
+    UnexpectedReply(String),
+    /// No connection could be made within the connect timeout.
+    #[error("could not connect within {0:?}")]
+    ConnectTimeout(Duration),
+    /// The node's vote does not count toward a quorum now: not checked yet,
+    /// unresponsive (then it was not even asked), or recovering from a
+    /// restart (asked, its grant not counted). Says why.
+    #[error("its vote does not count: {0}")]
+    NotCounted(Arc<NotCounted>),
+    /// The call was made outside a tokio runtime.
+    #[error("no tokio runtime: quorlock must be used within a tokio runtime")]
+    NoRuntime,
+}
+
+/// Why a node's votes do not count toward a quorum now.
+///
+/// `#[non_exhaustive]`: a new check on the nodes may hold votes back for a
+/// reason of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NotCounted {
+    /// No connection to the node has passed its check yet: no connection
+    /// (the reason), or the check is under way.
+    Unchecked {
+        /// Why not, in words.
+        reason: String,
+    },
+    /// The node's last call timed out and it has not answered a probe since.
+    /// It is not asked; it is probed in the background and asked again once
+    /// it answers.
+    Unresponsive {
+        /// The per-node timeout it missed.
+        timeout: Duration,
+    },
+    /// The node restarted and may have lost keys (its data is not durable):
+    /// it is asked, but its grants do not count until the restart grace has
+    /// passed since it came back.
+    Recovering {
+        /// The `run_id` of the incarnation that came back.
+        run_id: String,
+        /// The `run_id` this client knew before, or a vanished one it may replace.
+        previous_run_id: Option<String>,
+        /// Why it is taken to have restarted, in words.
+        why: String,
+        /// How long until it counts again (zero: due, being recorded).
+        counts_in: Duration,
+    },
+}
+
+impl NotCounted {
+    /// Whether the node is recovering from a restart.
+    pub fn is_recovering(&self) -> bool {
+        matches!(self, NotCounted::Recovering { .. })
+    }
+}
+
+impl fmt::Display for NotCounted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NotCounted::Unchecked { reason } => write!(f, "not checked yet ({reason})"),
+            NotCounted::Unresponsive { timeout } => write!(
+                f,
+                "skipped: no answer within {timeout:?} last time, not answered a probe since"
+            ),
+            NotCounted::Recovering {
+                run_id,
+                previous_run_id,
+                why,
+                counts_in,
+            } => {
+                write!(f, "recovering from a restart ({why}; run_id ")?;
+                if let Some(previous) = previous_run_id {
+                    write!(f, "{} -> ", short(previous))?;
+                }
+                write!(
+                    f,
+                    "{}): counts again in {:.1} s",
+                    short(run_id),
+                    counts_in.as_secs_f64()
+                )
+            }
+        }
+    }
+}
+
+/// The first characters of a `run_id`, enough to tell incarnations apart.
+fn short(run_id: &str) -> &str {
+    run_id.get(..8).unwrap_or(run_id)
+}
+/// A Redis error as the node said it (`CODE detail`), or as the `redis` crate
+/// describes a client-side failure.
+fn show_redis_error(err: &redis::RedisError) -> String {
+    match (err.code(), err.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => err.to_string(),
+    }
+}

@@ -1,0 +1,254 @@
+//! The engine: what every clone of a client and every guard share (the
+//! nodes, the configuration, whose votes count, the notifications, the
+//! background work), and the one way to ask the nodes: [`Engine::ask`] sends
+//! one [`Request`] to every node (or some) in parallel and tallies the
+//! answers in a [`Round`]. Extending, releasing, fencing, acquiring and
+//! status are requests; nothing else talks to the nodes for a lock.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::FutureExt;
+use redis::Client;
+
+use crate::answer::Answer;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::node::Node;
+use crate::notify::{Gates, Notifications};
+use crate::queue::{self, Place};
+use crate::quorum::{self, Ttl};
+use crate::request::{LockId, Request, new_token};
+use crate::round::{NodeSet, Round, Until};
+use crate::standing::{self, NotReady, RestartPolicy, Standings};
+use crate::status::LockStatus;
+use crate::tasks::Background;
+
+/// The longest resource name accepted, in bytes.
+pub(crate) const MAX_RESOURCE_LEN: usize = 64 * 1024;
+
+/// Which nodes a request goes to, and when.
+#[derive(Clone, Copy)]
+pub(crate) enum To<'a> {
+    /// Every node, at once.
+    All,
+    /// The nodes in the set, at once; the others answer "no" without being asked.
+    Only(&'a NodeSet),
+    /// Every node, each once its gate opens (a claim round: see `notify.rs`).
+    Gated(&'a Gates),
+}
+
+/// What every clone of a [`Redlock`](crate::Redlock) and every guard share.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub(crate) nodes: Arc<[Node]>,
+    pub(crate) config: Config,
+    /// Whose votes count (see `standing.rs`).
+    pub(crate) standings: Arc<Standings>,
+    pub(crate) notifications: Arc<Notifications>,
+    /// Which keys `lock` last found taken.
+    pub(crate) busy: queue::Busy,
+    /// Releases and straggling calls that run after their caller moved on.
+    pub(crate) background: Background,
+}
+
+impl Engine {
+    /// The engine over `clients`, one per node, with checked options.
+    /// Nothing is connected yet.
+    pub(crate) fn new(clients: Vec<Client>, config: Config) -> Arc<Engine> {
+        let background = Background::default();
+        let standings = Standings::new(
+            clients.iter().map(Node::name_of).collect(),
+            RestartPolicy {
+                grace: config.restart_grace,
+                trust_durable: config.trust_durable_nodes,
+                strict: config.strict_restarts,
+                drift_factor: config.drift_factor,
+            },
+            &config.key_prefix,
+            crate::scripts::for_client(config.fencing),
+            config.node_timeout,
+            config.connect_timeout,
+        );
+        if clients.len().is_multiple_of(2) {
+            tracing::warn!(
+                nodes = clients.len(),
+                quorum = quorum::quorum(clients.len()),
+                "an even number of lock nodes tolerates no more failures than one node fewer"
+            );
+        }
+        let notifications = Arc::new(Notifications::new(
+            clients.clone(),
+            config.connect_timeout,
+            new_token(),
+        ));
+        let nodes: Arc<[Node]> = clients
+            .into_iter()
+            .enumerate()
+            .map(|(index, client)| {
+                let (timeout, connect) = (config.node_timeout, config.connect_timeout);
+                Node::new(
+                    client,
+                    timeout,
+                    connect,
+                    background.clone(),
+                    standings.clone(),
+                    index,
+                )
+            })
+            .collect();
+        standings.set_recorder(recorder(&nodes, standings.record_key()));
+        Arc::new(Engine {
+            nodes,
+            config,
+            standings,
+            notifications,
+            busy: queue::Busy::new(),
+            background,
+        })
+    }
+
+    /// Checks a TTL and returns it in whole milliseconds with its drift.
+    pub(crate) fn ttl(&self, ttl: std::time::Duration) -> Result<Ttl> {
+        let checked = Ttl::new(ttl, self.config.drift_factor)
+            .map_err(|reason| Error::InvalidTtl { ttl, reason })?;
+        // The restart grace covers the longest TTL this client uses.
+        self.standings.note_ttl(checked.millis);
+        Ok(checked)
+    }
+
+    /// The Redis key for `resource`: prefix followed by the name.
+    pub(crate) fn key(&self, resource: &[u8]) -> Result<Arc<[u8]>> {
+        let invalid = |reason: String| Err(Error::InvalidResource { reason });
+        if resource.is_empty() {
+            return invalid("the name is empty".into());
+        }
+        if resource.len() > MAX_RESOURCE_LEN {
+            return invalid(format!(
+                "the name is {} bytes, more than the {MAX_RESOURCE_LEN} allowed",
+                resource.len()
+            ));
+        }
+        let prefix = &self.config.key_prefix;
+        let mut key = Vec::with_capacity(prefix.len() + resource.len());
+        key.extend_from_slice(prefix);
+        key.extend_from_slice(resource);
+        if self
+            .config
+            .counter_key()
+            .is_some_and(|counter| **counter == *key)
+        {
+            return invalid("its key is the fencing counter's".into());
+        }
+        if key[prefix.len()..] == *standing::RECORD_SUFFIX.as_bytes() {
+            return invalid("its key is the nodes' record's (see `Redlock::RECORD_SUFFIX`)".into());
+        }
+        if queue::is_queue_key(&key) {
+            return invalid(
+                "its key ends like the keys of a lock's queue \
+                 (`:quorlock-queue`, `:quorlock-alive`)"
+                    .into(),
+            );
+        }
+        Ok(key.into())
+    }
+
+    /// Sends `request` to the nodes `to` names, each call bounded; the
+    /// round tallies the answers as they come (a vote's grant counts only
+    /// where the node's vote counts). Await [`Round::collect`] for them.
+    pub(crate) fn ask(&self, request: &Request, to: To<'_>) -> Round {
+        let calls = self.nodes.iter().enumerate().map(|(index, node)| match to {
+            To::All => node.send(request),
+            To::Only(nodes) if nodes.contains(index) => node.send(request),
+            // Not asked: not part of the set, so a "no" from it.
+            To::Only(_) => futures::future::ready(Answer::Refused(None)).boxed(),
+            To::Gated(gates) => {
+                // A claim goes to each node once it told us (the call, and
+                // its timeout, start when polled).
+                let (gate, call) = (gates.node(index), node.send(request));
+                gate.then(|()| call).boxed()
+            }
+        });
+        let standings = request.is_vote().then_some(&self.standings);
+        Round::start(calls, &self.background, standings)
+    }
+
+    /// Waits until every node had its first check (and a node that counts
+    /// was recorded), or until `deadline`.
+    pub(crate) async fn first_contact(
+        &self,
+        deadline: Option<Instant>,
+    ) -> std::result::Result<(), NotReady> {
+        let nodes = &self.nodes;
+        self.standings
+            .ensure(|index| nodes[index].connect(), deadline)
+            .await
+    }
+
+    /// The extend script on every node; decided early.
+    pub(crate) async fn extend(&self, lock: &LockId, ttl: Ttl) -> Round {
+        let request = Request::Extend {
+            lock: lock.clone(),
+            ttl_ms: ttl.millis,
+        };
+        let mut round = self.ask(&request, To::All);
+        round.collect(Until::Decided).await;
+        round
+    }
+
+    /// The release script, sent to the nodes `to` names. Returns when
+    /// `until` says so; the other nodes get the request in the background.
+    /// Where the key held our token, the node hands it on to its first
+    /// waiter (see `queue.rs`); `place` says what becomes of a waiter's own
+    /// entry.
+    pub(crate) async fn release(
+        &self,
+        lock: &LockId,
+        place: Place,
+        to: To<'_>,
+        until: Until,
+    ) -> Round {
+        let request = Request::Release {
+            lock: lock.clone(),
+            place,
+        };
+        let mut round = self.ask(&request, to);
+        round.collect(until).await;
+        round
+    }
+
+    /// What every node holds under `key`, and why a node's votes do not
+    /// count, where they do not. A fresh client's first checks end first
+    /// (bounded by the connect timeout), so that the standings shown are
+    /// settled.
+    pub(crate) async fn status(&self, key: Arc<[u8]>) -> LockStatus {
+        let deadline = Instant::now() + self.config.connect_timeout;
+        // Misconfigured nodes and nodes that did not answer in time are
+        // shown as they are.
+        let _ = self.first_contact(Some(deadline)).await;
+        let mut round = self.ask(&Request::Inspect { key }, To::All);
+        round.collect(Until::All).await;
+        let names = self.nodes.iter().map(Node::name);
+        let answers = names
+            .zip(round.answers())
+            .map(|(name, a)| (name, a.as_ref()));
+        let not_counted = (0..self.nodes.len()).map(|index| self.standings.not_counted(index));
+        LockStatus::from_round(answers, quorum::quorum(self.nodes.len())).with_standing(not_counted)
+    }
+}
+
+/// How the standings record a node's `run_id` on another node (see
+/// `standing.rs`), through the nodes, which the standings do not know.
+fn recorder(nodes: &Arc<[Node]>, record_key: Arc<[u8]>) -> standing::Recorder {
+    let weak = Arc::downgrade(nodes);
+    standing::Recorder(Arc::new(move |index, run_id| {
+        let (weak, record_key) = (weak.clone(), record_key.clone());
+        async move {
+            match weak.upgrade() {
+                Some(nodes) => nodes[index].record_incarnation(record_key, run_id).await,
+                None => Ok(()),
+            }
+        }
+        .boxed()
+    }))
+}

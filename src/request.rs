@@ -1,0 +1,110 @@
+//! What a round asks each node: one [`Request`], sent to every node by the
+//! engine's one "ask every node" helper and answered by each node with one
+//! [`Answer`](crate::answer::Answer). A new kind of lock adds a kind of
+//! request here (and its script), not a second way to ask the nodes.
+
+use std::sync::Arc;
+
+use crate::queue::Place;
+
+/// One lock's identity on the nodes: its key and the token that marks it as
+/// ours. They always travel together.
+#[derive(Debug, Clone)]
+pub(crate) struct LockId {
+    /// The Redis key: the key prefix followed by the resource name.
+    pub(crate) key: Arc<[u8]>,
+    /// The random token that only this holder knows (a waiter's id, when a
+    /// waiter leaves the queue: it matches only a reservation for it).
+    pub(crate) token: Arc<str>,
+}
+
+impl LockId {
+    /// A fresh identity for `key`: a new random token, a UUID v4 (122 random
+    /// bits from the OS CSPRNG).
+    pub(crate) fn fresh(key: &Arc<[u8]>) -> Self {
+        LockId {
+            key: key.clone(),
+            token: new_token(),
+        }
+    }
+}
+
+/// A fresh random token: a UUID v4 in lowercase hex.
+pub(crate) fn new_token() -> Arc<str> {
+    let mut text = uuid::Uuid::encode_buffer();
+    Arc::from(&*uuid::Uuid::new_v4().simple().encode_lower(&mut text))
+}
+
+/// What a round asks each node.
+#[derive(Debug, Clone)]
+pub(crate) enum Request {
+    /// Set the key unless it exists: `SET key token NX GET PX ttl` (`SET NX
+    /// PX` before Redis 7.0), or with a fencing counter key the fenced
+    /// acquire script, which also returns the node's incremented counter.
+    Acquire {
+        /// The lock to take.
+        lock: LockId,
+        /// Its TTL in milliseconds.
+        ttl_ms: u64,
+        /// The fencing counter's key, with fencing on.
+        counter_key: Option<Arc<[u8]>>,
+    },
+    /// The queue's acquire script: set the key only when it is free for this
+    /// waiter, and queue the waiter otherwise (see `queue.rs`).
+    Wait {
+        /// The lock to take.
+        lock: LockId,
+        /// Its TTL in milliseconds.
+        ttl_ms: u64,
+        /// The fencing counter's key, with fencing on.
+        counter_key: Option<Arc<[u8]>>,
+        /// The waiter's id.
+        waiter: Arc<str>,
+        /// The waiter's ticket (0: join at the back).
+        ticket: u64,
+    },
+    /// Reset our key's TTL (the extend script).
+    Extend {
+        /// The lock to extend.
+        lock: LockId,
+        /// The new TTL in milliseconds.
+        ttl_ms: u64,
+    },
+    /// The fencing write-back: `counter = max(counter, token)` while our key
+    /// is there.
+    WriteBack {
+        /// The lock just taken.
+        lock: LockId,
+        /// The fencing counter's key.
+        counter_key: Arc<[u8]>,
+        /// The fencing token to write back.
+        fencing_token: u64,
+    },
+    /// Delete our key, or hand it on to the first waiter (the release script).
+    Release {
+        /// The lock to release.
+        lock: LockId,
+        /// What becomes of a waiter's own entry.
+        place: Place,
+    },
+    /// Read who holds the key and for how long (status).
+    Inspect {
+        /// The key to read.
+        key: Arc<[u8]>,
+    },
+}
+
+impl Request {
+    /// Whether the request asks for a vote (grants count only from nodes
+    /// whose votes count, and unresponsive nodes are not asked), as opposed
+    /// to a release (always sent) or a read.
+    pub(crate) fn is_vote(&self) -> bool {
+        matches!(
+            self,
+            Request::Acquire { .. }
+                | Request::Wait { .. }
+                | Request::Extend { .. }
+                | Request::WriteBack { .. }
+        )
+    }
+}
