@@ -15,6 +15,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --all-targets --all-features -- -D warnings
+echo "== the crate's shape (no import circle, short functions, shallow nesting)"
+scripts/check-structure.sh
 echo "== cargo test"
 cargo test --all-features
 echo "== cargo doc"
