@@ -29,7 +29,7 @@ use crate::notify::{Gates, Listening};
 use crate::queue::{self, Place};
 use crate::quorum::{self, Ttl, Votes};
 use crate::request::{LockId, Request};
-use crate::round::{Round, Until};
+use crate::round::{NodeSet, Round, Until};
 use crate::standing::NotReady;
 
 /// Takes the lock on `resource`: one round for `try_lock` (`waits` false),
@@ -454,6 +454,16 @@ impl Waiting {
             .get_or_insert_with(|| notifications.new_waiter())
     }
 
+    /// The waiter's entry in the queue, to leave it: the key, with the
+    /// waiter id as the token; `None` before it had an id.
+    fn entry(&self) -> Option<LockId> {
+        let waiter = self.waiter.clone()?;
+        Some(LockId {
+            key: self.key.clone(),
+            token: waiter,
+        })
+    }
+
     /// After a lost round in the queue, in which the nodes that queued the
     /// waiter gave it at most ticket `highest` (all the same one: `agree`)
     /// and `granted` nodes set the key: the place to keep on the nodes.
@@ -470,21 +480,15 @@ impl Waiting {
     /// nodes (queued, failed, slow) drop it in the background.
     fn won(mut self, answers: impl Future<Output = Vec<Option<Answer>>> + Send + 'static) {
         self.joined = false;
-        let Some(waiter) = self.waiter.clone() else {
+        let Some(entry) = self.entry() else {
             return;
-        };
-        let lock = LockId {
-            key: self.key.clone(),
-            token: waiter.clone(),
         };
         let engine = self.engine.clone();
         let leave = async move {
             let answers = answers.await;
-            let send_to = crate::round::NodeSet::of(&answers, |answer| {
-                !answer.is_some_and(Answer::is_granted)
-            });
+            let send_to = NodeSet::of(&answers, |answer| !answer.is_some_and(Answer::is_granted));
             if !send_to.is_empty() {
-                leave(&engine, &lock, waiter, To::Only(&send_to)).await;
+                leave(&engine, &entry, To::Only(&send_to)).await;
             }
         };
         if !self.engine.background.spawn(leave) {
@@ -493,13 +497,12 @@ impl Waiting {
     }
 }
 
-/// Takes `waiter` (whose id is `lock`'s token) out of the queue on the
-/// nodes `to` names, passing on a reservation made for it.
-async fn leave(engine: &Engine, lock: &LockId, waiter: Arc<str>, to: To<'_>) {
+/// Takes a waiter out of the queue (`entry`: the key, and the waiter id as
+/// the token) on the nodes `to` names, passing on a reservation made for it.
+async fn leave(engine: &Engine, entry: &LockId, to: To<'_>) {
     // The waiter id is never a token: only a reservation for it matches.
-    engine
-        .release(lock, Place::Leave(waiter), to, Until::All)
-        .await;
+    let place = Place::Leave(entry.token.clone());
+    engine.release(entry, place, to, Until::All).await;
 }
 
 impl Drop for Waiting {
@@ -507,15 +510,11 @@ impl Drop for Waiting {
         if !self.joined {
             return;
         }
-        let Some(waiter) = self.waiter.clone() else {
+        let Some(entry) = self.entry() else {
             return;
         };
         let engine = self.engine.clone();
-        let lock = LockId {
-            key: self.key.clone(),
-            token: waiter.clone(),
-        };
-        let leave = async move { leave(&engine, &lock, waiter, To::All).await };
+        let leave = async move { leave(&engine, &entry, To::All).await };
         if !self.engine.background.spawn(leave) {
             tracing::debug!("lock call ended outside a tokio runtime: its queue entries expire");
         }

@@ -228,12 +228,13 @@ impl Engine {
         let _ = self.first_contact(Some(deadline)).await;
         let mut round = self.ask(&Request::Inspect { key }, To::All);
         round.collect(Until::All).await;
-        let names = self.nodes.iter().map(Node::name);
-        let answers = names
-            .zip(round.answers())
-            .map(|(name, a)| (name, a.as_ref()));
+        // Every node answered (or timed out): `Until::All`.
+        let answers = (self.nodes.iter().zip(round.take_answers()))
+            .filter_map(|(node, answer)| Some((node.name().to_owned(), answer?)))
+            .collect();
         let not_counted = (0..self.nodes.len()).map(|index| self.standings.not_counted(index));
-        LockStatus::from_round(answers, quorum::quorum(self.nodes.len())).with_standing(not_counted)
+        LockStatus::from_answers(answers, quorum::quorum(self.nodes.len()))
+            .with_standing(not_counted)
     }
 }
 

@@ -118,9 +118,10 @@ impl Round {
         }
     }
 
-    /// Each node's answer so far, by index (`None`: not yet).
-    pub(crate) fn answers(&self) -> &[Option<Answer>] {
-        &self.answers
+    /// Takes each node's answer so far, by index (`None`: not yet), for a
+    /// round that is over.
+    pub(crate) fn take_answers(&mut self) -> Vec<Option<Answer>> {
+        std::mem::take(&mut self.answers)
     }
 
     /// The nodes whose answer so far passes `test`.

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::answer::{Answer, NodeError, NodeErrorKind, NotCounted};
+use crate::answer::{Answer, NodeError, NotCounted};
 
 /// How many characters of a holder's token a status shows. The whole token is
 /// never shown: whoever knows it can release the lock.
@@ -61,37 +61,10 @@ pub struct LockStatus {
     free: bool,
 }
 
-/// One node's raw answer: its name, and the holder's full token with the
-/// key's PTTL in milliseconds (`None` when the key is absent).
-type NodeAnswer = (String, Result<Option<(String, i64)>, NodeError>);
-
 impl LockStatus {
     /// How many characters of a holder's token a status shows. The whole
     /// token is never shown: whoever knows it can release the lock.
     pub const TOKEN_PREFIX_LEN: usize = TOKEN_PREFIX_LEN;
-
-    /// Builds the status from an inspection round's answers (each node's
-    /// name, and its answer: `None` if it never came), with quorum `quorum`.
-    pub(crate) fn from_round<'a>(
-        answers: impl Iterator<Item = (&'a str, Option<&'a Answer>)>,
-        quorum: usize,
-    ) -> Self {
-        let answers = answers
-            .map(|(name, answer)| {
-                let answer = match answer {
-                    Some(Answer::Holds { token, pttl_ms }) => Ok(Some((token.clone(), *pttl_ms))),
-                    Some(Answer::Failed(err)) => Err(err.clone()),
-                    Some(Answer::Granted(_) | Answer::Refused(_)) => Ok(None),
-                    None => Err(NodeError::new(
-                        name.into(),
-                        NodeErrorKind::UnexpectedReply("no answer".into()),
-                    )),
-                };
-                (name.to_owned(), answer)
-            })
-            .collect();
-        Self::from_answers(answers, quorum)
-    }
 
     /// Notes, node by node, why votes do not count (in node order).
     pub(crate) fn with_standing(
@@ -106,40 +79,48 @@ impl LockStatus {
 }
 
 impl LockStatus {
-    /// Builds the status from each node's full token (compared whole, shown cut).
+    /// Builds the status from an inspection round's answers, node by node
+    /// (`Holds`: the holder's full token, compared whole and shown cut, and
+    /// the key's PTTL; `Failed`: the node did not answer; anything else: the
+    /// key is absent), with quorum `quorum`.
     ///
     /// The lock is free only if no token can be on a quorum: for the token
     /// seen on the most nodes, those nodes plus every node that did not
     /// answer (each may hold it, or any token never seen) stay below the
     /// quorum.
-    fn from_answers(answers: Vec<NodeAnswer>, quorum: usize) -> Self {
+    pub(crate) fn from_answers(answers: Vec<(String, Answer)>, quorum: usize) -> Self {
+        let holds = |answer: &Answer| match answer {
+            Answer::Holds { token, .. } => Some(token.clone()),
+            _ => None,
+        };
         let mut holder = None;
         let mut most_on_one_token = 0;
-        for (_, answer) in &answers {
-            if let Ok(Some((token, _))) = answer {
-                let same = answers
-                    .iter()
-                    .filter(|(_, other)| matches!(other, Ok(Some((t, _))) if t == token))
-                    .count();
-                most_on_one_token = most_on_one_token.max(same);
-                if same >= quorum && holder.is_none() {
-                    holder = Some(prefix(token));
-                }
+        for token in answers.iter().filter_map(|(_, answer)| holds(answer)) {
+            let same = answers
+                .iter()
+                .filter(|(_, other)| holds(other).as_ref() == Some(&token))
+                .count();
+            most_on_one_token = most_on_one_token.max(same);
+            if same >= quorum && holder.is_none() {
+                holder = Some(prefix(&token));
             }
         }
-        let silent = answers.iter().filter(|(_, answer)| answer.is_err()).count();
+        let silent = answers
+            .iter()
+            .filter(|(_, answer)| matches!(answer, Answer::Failed(_)))
+            .count();
         let free = holder.is_none() && most_on_one_token + silent < quorum;
         let nodes = answers
             .into_iter()
             .map(|(node, answer)| NodeStatus {
                 node,
                 state: match answer {
-                    Ok(None) => NodeState::Free,
-                    Ok(Some((token, pttl))) => NodeState::Held {
+                    Answer::Holds { token, pttl_ms } => NodeState::Held {
                         token_prefix: prefix(&token),
-                        ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+                        ttl: u64::try_from(pttl_ms).ok().map(Duration::from_millis),
                     },
-                    Err(err) => NodeState::Failed(err),
+                    Answer::Failed(err) => NodeState::Failed(err),
+                    Answer::Granted(_) | Answer::Refused(_) => NodeState::Free,
                 },
                 not_counted: None,
             })
@@ -230,20 +211,27 @@ mod tests {
     use super::*;
     use crate::answer::NodeErrorKind;
 
-    fn free(node: &str) -> NodeAnswer {
-        (node.to_owned(), Ok(None))
+    fn free(node: &str) -> (String, Answer) {
+        (node.to_owned(), Answer::Refused(None))
     }
 
-    fn held(node: &str, token: &str) -> NodeAnswer {
-        (node.to_owned(), Ok(Some((token.to_owned(), 5_000))))
+    fn held(node: &str, token: &str) -> (String, Answer) {
+        let token = token.to_owned();
+        (
+            node.to_owned(),
+            Answer::Holds {
+                token,
+                pttl_ms: 5_000,
+            },
+        )
     }
 
-    fn failed(node: &str) -> NodeAnswer {
+    fn failed(node: &str) -> (String, Answer) {
         let error = NodeError::new(
             node.into(),
             NodeErrorKind::Timeout(Duration::from_millis(50)),
         );
-        (node.to_owned(), Err(error))
+        (node.to_owned(), Answer::Failed(error))
     }
 
     #[test]

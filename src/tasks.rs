@@ -76,9 +76,8 @@ impl Background {
     where
         F: Future + Send + 'static,
     {
-        if !has_runtime() {
-            return false;
-        }
+        // Counted from here; outside a runtime the task, and with it
+        // `running`, is dropped at once, which counts it out again.
         self.shared.running.fetch_add(1, Ordering::AcqRel);
         let running = Running(self.shared.clone());
         spawn(async move {
