@@ -136,40 +136,24 @@ impl Acquisition<'_> {
     /// the first when this client's last call found the key taken (`Busy`).
     fn take_turn(&mut self, lock: LockId) -> (Request, Option<Gates>) {
         let (ttl_ms, counter_key) = (self.ttl.millis, self.engine.config.counter_key().cloned());
-        let Some(waiting) = &mut self.waiting else {
-            return (
-                Request::Acquire {
-                    lock,
-                    ttl_ms,
-                    counter_key,
-                },
-                None,
-            );
+        let claiming = std::mem::take(&mut self.claiming);
+        let (gates, queued) = match &mut self.waiting {
+            Some(waiting) => waiting.turn(claiming),
+            None => (None, None),
         };
-        // The handoffs seen so far, forgotten: this round's outcome replaces them.
-        let gates = waiting.listening.as_mut().and_then(|listening| {
-            let notified = listening.take();
-            std::mem::take(&mut self.claiming)
-                .then(|| Gates::new(listening, notified, Instant::now() + queue::CLAIM_GRACE))
-        });
-        if std::mem::replace(&mut waiting.first, false) {
-            return (
-                Request::Acquire {
-                    lock,
-                    ttl_ms,
-                    counter_key,
-                },
-                gates,
-            );
-        }
-        waiting.joined = true;
-        let (waiter, ticket) = (waiting.join().clone(), waiting.ticket);
-        let request = Request::Wait {
-            lock,
-            ttl_ms,
-            counter_key,
-            waiter,
-            ticket,
+        let request = match queued {
+            None => Request::Acquire {
+                lock,
+                ttl_ms,
+                counter_key,
+            },
+            Some((waiter, ticket)) => Request::Wait {
+                lock,
+                ttl_ms,
+                counter_key,
+                waiter,
+                ticket,
+            },
         };
         (request, gates)
     }
@@ -269,7 +253,8 @@ impl Acquisition<'_> {
             self.engine.clone(),
             in_flight.lock.clone(),
             self.resource.len(),
-            (self.ttl, in_flight.start),
+            self.ttl,
+            in_flight.start,
             fencing_token,
         )
     }
@@ -452,6 +437,22 @@ impl Waiting {
         let notifications = &self.engine.notifications;
         self.waiter
             .get_or_insert_with(|| notifications.new_waiter())
+    }
+
+    /// The waiter's part of its next turn: the gates of a claim (when
+    /// `claiming`, with notifications on), and its id and ticket when the
+    /// round is one in the queue (every round but a plain first one).
+    fn turn(&mut self, claiming: bool) -> (Option<Gates>, Option<(Arc<str>, u64)>) {
+        // The handoffs seen so far, forgotten: this round's outcome replaces them.
+        let gates = self.listening.as_mut().and_then(|listening| {
+            let notified = listening.take();
+            claiming.then(|| Gates::new(listening, notified, Instant::now() + queue::CLAIM_GRACE))
+        });
+        if std::mem::replace(&mut self.first, false) {
+            return (gates, None);
+        }
+        self.joined = true;
+        (gates, Some((self.join().clone(), self.ticket)))
     }
 
     /// The waiter's entry in the queue, to leave it: the key, with the

@@ -91,7 +91,8 @@ impl LockGuard {
         engine: Arc<Engine>,
         lock: LockId,
         resource_len: usize,
-        (ttl, start): (Ttl, Instant),
+        ttl: Ttl,
+        start: Instant,
         fencing_token: Option<u64>,
     ) -> Self {
         LockGuard {
