@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{Client, RedisError, Value};
+use redis::{Client, Cmd, ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind, Value};
 
 use crate::answer::{Answer, NodeError, NodeErrorKind, NotCounted};
 use crate::connection::{self, Link};
@@ -347,13 +347,12 @@ impl Node {
     ) -> impl Future<Output = Answer> + Send + 'static {
         let name = self.name.clone();
         let call = self.bounded(Purpose::Vote, move |mut connection| async move {
-            scripts::ACQUIRE_FENCED
-                .key(&*lock.key)
-                .key(&*counter_key)
+            let mut cmd = evalsha(&scripts::ACQUIRE_FENCED, 2, 2);
+            cmd.arg(&*lock.key)
+                .arg(&*counter_key)
                 .arg(&*lock.token)
-                .arg(ttl_ms)
-                .invoke_async::<Value>(&mut connection)
-                .await
+                .arg(ttl_ms);
+            invoke::<Value>(&mut connection, &scripts::ACQUIRE_FENCED, &cmd).await
         });
         async move {
             match call.await {
@@ -378,10 +377,10 @@ impl Node {
         let name = self.name.clone();
         // Always sent: a node that was slow may still hold our key.
         let call = self.bounded(Purpose::Cleanup, move |mut connection| async move {
-            let mut invocation = scripts::RELEASE.prepare_invoke();
-            invocation.key(&*lock.key).arg(&*lock.token);
-            place_args(&mut invocation, &place);
-            invocation.invoke_async::<Value>(&mut connection).await
+            let mut cmd = evalsha(&scripts::RELEASE, 1, 4);
+            cmd.arg(&*lock.key).arg(&*lock.token);
+            place_args(&mut cmd, &place);
+            invoke::<Value>(&mut connection, &scripts::RELEASE, &cmd).await
         });
         async move { yes_or_no(name, call.await?) }
     }
@@ -400,18 +399,18 @@ impl Node {
         let name = self.name.clone();
         let fenced = counter_key.is_some();
         let call = self.bounded(Purpose::Vote, move |mut connection| async move {
-            let mut invocation = scripts::WAIT.prepare_invoke();
-            invocation.key(&*lock.key);
+            let keys = 1 + usize::from(counter_key.is_some());
+            let mut cmd = evalsha(&scripts::WAIT, keys, 5);
+            cmd.arg(&*lock.key);
             if let Some(counter_key) = &counter_key {
-                invocation.key(&**counter_key);
+                cmd.arg(&**counter_key);
             }
-            invocation
-                .arg(&*lock.token)
+            cmd.arg(&*lock.token)
                 .arg(ttl_ms)
                 .arg(&*waiter)
                 .arg(ticket)
                 .arg(queue::lifetime_ms());
-            invocation.invoke_async::<(i64, i64)>(&mut connection).await
+            invoke::<(i64, i64)>(&mut connection, &scripts::WAIT, &cmd).await
         });
         async move {
             match call.await {
@@ -448,10 +447,9 @@ impl Node {
     /// `Refused` when the key is absent.
     fn inspect(&self, key: Arc<[u8]>) -> impl Future<Output = Answer> + Send + 'static {
         let call = self.bounded(Purpose::Read, move |mut connection| async move {
-            scripts::INSPECT
-                .key(&*key)
-                .invoke_async::<Option<(Vec<u8>, i64)>>(&mut connection)
-                .await
+            let mut cmd = evalsha(&scripts::INSPECT, 1, 0);
+            cmd.arg(&*key);
+            invoke::<Option<(Vec<u8>, i64)>>(&mut connection, &scripts::INSPECT, &cmd).await
         });
         // A foreign value need not be UTF-8; ours always is.
         call.map(|answer| match answer {
@@ -483,16 +481,17 @@ impl Node {
         let name = self.name.clone();
         let lock = lock.clone();
         let call = self.bounded(kind, move |mut connection| async move {
-            let mut invocation = script.prepare_invoke();
-            invocation.key(&*lock.key);
+            let keys = 1 + usize::from(second_key.is_some());
+            let mut cmd = evalsha(script, keys, 2);
+            cmd.arg(&*lock.key);
             if let Some(key) = &second_key {
-                invocation.key(&**key);
+                cmd.arg(&**key);
             }
-            invocation.arg(&*lock.token);
+            cmd.arg(&*lock.token);
             if let Some(number) = number {
-                invocation.arg(number);
+                cmd.arg(number);
             }
-            invocation.invoke_async::<Value>(&mut connection).await
+            invoke::<Value>(&mut connection, script, &cmd).await
         });
         async move { yes_or_no(name, call.await?) }
     }
@@ -532,18 +531,45 @@ where
 }
 
 /// The release script's arguments for a waiter's entry (none for `Place::None`).
-fn place_args(invocation: &mut redis::ScriptInvocation<'_>, place: &Place) {
+fn place_args(cmd: &mut Cmd, place: &Place) {
     match place {
         Place::None => {}
         Place::Keep(waiter, ticket) => {
-            invocation
-                .arg(&**waiter)
-                .arg(*ticket)
-                .arg(queue::lifetime_ms());
+            cmd.arg(&**waiter).arg(*ticket).arg(queue::lifetime_ms());
         }
         Place::Leave(waiter) => {
-            invocation.arg(&**waiter).arg(-1).arg(queue::lifetime_ms());
+            cmd.arg(&**waiter).arg(-1).arg(queue::lifetime_ms());
         }
+    }
+}
+
+/// The start of `EVALSHA` for `script` with `keys` keys, room reserved for
+/// them and `args` more arguments: the caller adds the keys, then the
+/// arguments. One command, built in place (the `redis` crate's
+/// `ScriptInvocation` first copies each key and argument into a vector of
+/// its own, five allocations more per release).
+fn evalsha(script: &Script, keys: usize, args: usize) -> Cmd {
+    // A key prefix, a resource name and a token: ample for most calls.
+    const TYPICAL_BYTES: usize = 160;
+    let mut cmd = Cmd::with_capacity(3 + keys + args, TYPICAL_BYTES);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
+    cmd
+}
+
+/// Runs `cmd`, an [`evalsha`] of `script`; a node that does not know the
+/// script (`NOSCRIPT`: it restarted, or `SCRIPT FLUSH` ran) is given it
+/// (`SCRIPT LOAD`) and asked again, as the `redis` crate's invocation does.
+async fn invoke<T: FromRedisValue>(
+    connection: &mut MultiplexedConnection,
+    script: &Script,
+    cmd: &Cmd,
+) -> Result<T, RedisError> {
+    match cmd.query_async(connection).await {
+        Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(connection).await?;
+            cmd.query_async(connection).await
+        }
+        answer => answer,
     }
 }
 

@@ -6,14 +6,11 @@
 //! may skip a queued request whose future was dropped): they finish in the
 //! background, so every node receives its request.
 
-use std::future::Future;
-use std::pin::Pin;
+use std::future::{Future, poll_fn};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures::StreamExt;
 use futures::future::BoxFuture;
-use futures::stream::FuturesUnordered;
 
 use crate::answer::{Answer, NodeError};
 use crate::quorum::Votes;
@@ -35,6 +32,11 @@ impl NodeSet {
         self.0.get(index).copied().unwrap_or(false)
     }
 
+    /// How many nodes are in the set.
+    pub(crate) fn len(&self) -> usize {
+        self.0.iter().filter(|member| **member).count()
+    }
+
     /// Whether no node is in the set.
     pub(crate) fn is_empty(&self) -> bool {
         !self.0.contains(&true)
@@ -54,18 +56,48 @@ pub(crate) enum Until {
     All,
 }
 
-/// One node's call in a round: its answer, with the node's index.
-struct NodeCall {
-    index: usize,
-    answer: BoxFuture<'static, Answer>,
+/// The calls of a round still under way, by node index (`None`: answered).
+///
+/// A round has a handful of calls, so each wake polls every one still under
+/// way, as `futures::join_all` does for small sets, instead of giving each
+/// call a waker of its own (`FuturesUnordered`: one more allocation per call,
+/// two per node per lock + unlock cycle).
+struct Calls {
+    slots: Vec<Option<BoxFuture<'static, Answer>>>,
+    left: usize,
 }
 
-impl Future for NodeCall {
-    type Output = (usize, Answer);
+impl Calls {
+    /// Polls the call to node `index`, if still under way: its answer, if it came.
+    fn poll_one(&mut self, index: usize, cx: &mut Context<'_>) -> Option<Answer> {
+        let call = self.slots.get_mut(index)?.as_mut()?;
+        let Poll::Ready(answer) = call.as_mut().poll(cx) else {
+            return None;
+        };
+        self.slots[index] = None;
+        self.left -= 1;
+        Some(answer)
+    }
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let index = self.index;
-        self.answer.as_mut().poll(cx).map(|answer| (index, answer))
+    fn is_empty(&self) -> bool {
+        self.left == 0
+    }
+
+    /// Finishes every call, handing each answer to `on_answer`.
+    async fn finish(mut self, mut on_answer: impl FnMut(usize, Answer)) {
+        poll_fn(|cx| {
+            for index in 0..self.slots.len() {
+                if let Some(answer) = self.poll_one(index, cx) {
+                    on_answer(index, answer);
+                }
+            }
+            if self.is_empty() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
     }
 }
 
@@ -79,7 +111,7 @@ pub(crate) struct Round {
     answers: Vec<Option<Answer>>,
     /// The last error a node answered with, if any.
     last_error: Option<NodeError>,
-    pending: FuturesUnordered<NodeCall>,
+    pending: Calls,
     /// Where calls still under way go when the round is dropped.
     background: Background,
     /// Whose grants count toward the quorum, read as each grant arrives;
@@ -103,10 +135,10 @@ impl Round {
         standings: Option<&Arc<Standings>>,
     ) -> Round {
         let nodes = calls.len();
-        let pending = calls
-            .enumerate()
-            .map(|(index, answer)| NodeCall { index, answer })
-            .collect();
+        let pending = Calls {
+            slots: calls.map(Some).collect(),
+            left: nodes,
+        };
         Round {
             votes: Votes::new(nodes),
             answers: vec![None; nodes],
@@ -138,7 +170,17 @@ impl Round {
     /// that its drop leaves nothing to the background): for a caller that
     /// finishes them itself.
     pub(crate) fn take_pending(&mut self) -> impl Future<Output = ()> + Send + 'static {
-        std::mem::take(&mut self.pending).for_each(|_| async {})
+        self.take_calls().finish(|_, _| {})
+    }
+
+    fn take_calls(&mut self) -> Calls {
+        std::mem::replace(
+            &mut self.pending,
+            Calls {
+                slots: Vec::new(),
+                left: 0,
+            },
+        )
     }
 
     /// Takes the calls still under way, for a caller that needs every
@@ -149,23 +191,38 @@ impl Round {
         &mut self,
     ) -> impl Future<Output = Vec<Option<Answer>>> + Send + 'static {
         let mut answers = self.answers.clone();
-        let mut pending = std::mem::take(&mut self.pending);
+        let pending = self.take_calls();
         async move {
-            while let Some((index, answer)) = pending.next().await {
-                answers[index] = Some(answer);
-            }
+            pending
+                .finish(|index, answer| answers[index] = Some(answer))
+                .await;
             answers
         }
     }
 
     /// Tallies answers until `until` holds or every node has answered.
+    /// Answers that arrive together are all recorded, also those past the
+    /// point where `until` came to hold.
     pub(crate) async fn collect(&mut self, until: Until) {
-        while !self.is_over(&until) {
-            let Some((index, answer)) = self.pending.next().await else {
-                return;
-            };
-            self.record(index, answer);
-        }
+        poll_fn(|cx| {
+            if self.is_over(&until) {
+                return Poll::Ready(());
+            }
+            // Every call is polled, even past the decision: a call's first
+            // poll sends its request, which must not wait for the
+            // background (a release sent meanwhile would overtake it).
+            for index in 0..self.answers.len() {
+                if let Some(answer) = self.pending.poll_one(index, cx) {
+                    self.record(index, answer);
+                }
+            }
+            if self.is_over(&until) || self.pending.is_empty() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
     }
 
     fn record(&mut self, index: usize, answer: Answer) {
@@ -208,6 +265,18 @@ impl Round {
                 _ => None,
             })
             .max()
+    }
+
+    /// The nodes whose counted grant returned fencing counter `counter`.
+    pub(crate) fn counted_at(&self, counter: u64) -> NodeSet {
+        NodeSet(
+            (self.answers.iter().enumerate())
+                .map(|(index, answer)| {
+                    matches!(answer, Some(Answer::Granted(Some(c))) if *c == counter)
+                        && !self.not_counted.iter().any(|(node, _)| *node == index)
+                })
+                .collect(),
+        )
     }
 
     /// The tickets that the nodes which queued the waiter gave it: the
@@ -255,7 +324,7 @@ impl std::fmt::Debug for Round {
         f.debug_struct("Round")
             .field("votes", &self.votes)
             .field("answers", &self.answers)
-            .field("pending", &self.pending.len())
+            .field("pending", &self.pending.left)
             .finish()
     }
 }
