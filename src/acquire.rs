@@ -203,11 +203,16 @@ impl Acquisition<'_> {
     }
 
     /// With fencing on, completes a won round: the fencing token `T` is the
-    /// highest counter the granting nodes returned, written back to every
-    /// granting node (`counter = max(counter, T)`, only while the node still
-    /// holds our key). Succeeds with `Some(T)` if a quorum took the
-    /// write-back and validity is left; `Ok(None)` with fencing off (no
-    /// round trip).
+    /// highest counter the granting nodes returned. A node whose counted
+    /// grant returned `T` itself already holds a counter of at least `T`
+    /// beside our key (the script raised it while setting the key); every
+    /// other granting node gets a write-back (`counter = max(counter, T)`,
+    /// only while the node still holds our key). Succeeds with `Some(T)` if
+    /// those two together make a quorum and validity is left; `Ok(None)` with
+    /// fencing off (no round trip). When a quorum of grants returned `T` (one
+    /// client's rounds reach every node in the same order, so its nodes'
+    /// counters move together, and at one node always), no write-back is
+    /// sent at all.
     async fn fence(
         &self,
         in_flight: &mut InFlight,
@@ -222,15 +227,24 @@ impl Acquisition<'_> {
             counter_key: counter_key.clone(),
             fencing_token,
         };
+        let at_token = in_flight.round.counted_at(fencing_token);
         // Nodes that did not grant are not part of the holding set.
-        let granted = in_flight
-            .round
-            .nodes(|answer| answer.is_some_and(Answer::is_granted));
-        let mut round = self.engine.ask(&request, To::Only(&granted));
+        let behind = in_flight.round.nodes(|answer| {
+            answer.is_some_and(Answer::is_granted)
+                && !matches!(answer, Some(Answer::Granted(Some(counter))) if *counter == fencing_token)
+        });
+        let mut round = self.engine.ask(
+            &request,
+            To::Settled {
+                ask: &behind,
+                done: &at_token,
+            },
+        );
         round.collect(Until::Decided).await;
         let elapsed = in_flight.start.elapsed();
         tracing::debug!(
-            written_back = round.votes.granted,
+            at_token = round.votes.granted.min(at_token.len()),
+            written_back = round.votes.granted.saturating_sub(at_token.len()),
             quorum = round.votes.quorum,
             "fencing write-back"
         );

@@ -34,6 +34,10 @@ pub(crate) enum To<'a> {
     All,
     /// The nodes in the set, at once; the others answer "no" without being asked.
     Only(&'a NodeSet),
+    /// The nodes in `ask`, at once; those in `done` answer "yes" without
+    /// being asked (they already did what the request asks: a fencing
+    /// write-back to a node whose counter is the token); the others "no".
+    Settled { ask: &'a NodeSet, done: &'a NodeSet },
     /// Every node, each once its gate opens (a claim round: see `notify.rs`).
     Gated(&'a Gates),
 }
@@ -162,6 +166,11 @@ impl Engine {
             To::Only(nodes) if nodes.contains(index) => node.send(request),
             // Not asked: not part of the set, so a "no" from it.
             To::Only(_) => futures::future::ready(Answer::Refused(None)).boxed(),
+            To::Settled { ask, .. } if ask.contains(index) => node.send(request),
+            To::Settled { done, .. } if done.contains(index) => {
+                futures::future::ready(Answer::Granted(None)).boxed()
+            }
+            To::Settled { .. } => futures::future::ready(Answer::Refused(None)).boxed(),
             To::Gated(gates) => {
                 // A claim goes to each node once it told us (the call, and
                 // its timeout, start when polled).

@@ -202,17 +202,22 @@
 //! missing counter (a node restarted without persistence) is first seeded from
 //! the server's `TIME` in microseconds. The token `T` is the highest counter
 //! among the granting nodes. Before the guard is returned, every granting node
-//! gets a write-back, `counter = max(counter, T)`, done only while the node's
-//! key still holds our lock token. Nodes that refuse the write-back leave the
-//! holding set; below a quorum the acquisition fails and is released. The
-//! validity is checked again after the write-back.
+//! whose own counter was below `T` gets a write-back, `counter = max(counter,
+//! T)`, done only while the node's key still holds our lock token; a node whose
+//! grant returned `T` itself needs none (its script set our key and raised its
+//! counter to `T` in one step). Nodes that refuse the write-back leave the
+//! holding set; below a quorum the acquisition fails and is released. When a
+//! quorum of grants returned `T` already (one client's rounds reach all nodes
+//! in the same order, so their counters move together; one node always), no
+//! write-back is sent at all. The validity is checked again after the
+//! write-back.
 //!
 //! **Why tokens increase.** Let holder A get token `T_A`: a quorum `W_A` of
-//! nodes took its write-back, so each node in `W_A` had a counter ≥ `T_A`
-//! while it held A's key. Let B be a later holder of the resource, granted by
+//! nodes either returned `T_A` with their grant or took A's write-back, so
+//! each node in `W_A` had a counter ≥ `T_A` while it held A's key. Let B be a later holder of the resource, granted by
 //! a quorum `G_B`. Two quorums of the same N nodes share at least one node
 //! `n`. At `n`, B's `SET NX` succeeded, so A's key was gone there, so A's
-//! write-back (done while A's key was there) came first: `n`'s counter was
+//! grant or write-back (done while A's key was there) came first: `n`'s counter was
 //! already ≥ `T_A` when B's script incremented it. Hence the counter B got
 //! from `n` is > `T_A`, and `T_B`, a maximum that includes it, is > `T_A`.
 //!

@@ -110,8 +110,10 @@ async fn cycles(redlock: &Redlock, phase: &str, n: usize) {
 }
 
 /// With fencing off, an uncontended lock + unlock sends one `SET` and one
-/// release script per node, nothing more (no queue entry, no notification); with fencing on, the acquire script also increments the
-/// counter, and one more round (the write-back) follows.
+/// release script per node, nothing more (no queue entry, no notification);
+/// with fencing on, the acquire script also increments the counter, and no
+/// write-back follows: one client's rounds reach the nodes in the same order,
+/// so every node returns the same counter, which is the token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_off_sends_nothing_extra() {
     let nodes = servers(3);
@@ -155,12 +157,60 @@ async fn fencing_off_sends_nothing_extra() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let calls = command_calls(&nodes);
     let scripts = calls.get("evalsha").copied().unwrap_or(0);
-    // acquire + release on every node (120), a write-back on at least a quorum (40).
-    assert!(scripts >= 160, "fencing on: {calls:?}");
+    // The acquire script and the release script on every node, no write-back.
+    assert_eq!(scripts, 120, "fencing on: {calls:?}");
     assert!(
         calls.get("incr").copied().unwrap_or(0) == 60,
         "one INCR per node and cycle: {calls:?}"
     );
+}
+
+/// Nodes whose counters differ: the token is the highest, the nodes behind
+/// get the write-back (and only they), and the next holder's token is higher
+/// still, wherever its quorum falls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_behind_the_token_get_the_write_back() {
+    let mut nodes = servers(3);
+    let redlock = fenced(&nodes);
+    cycles(&redlock, "warm-up", 3).await;
+    let counter = quorlock::RedlockBuilder::DEFAULT_FENCING_COUNTER_KEY.as_bytes();
+    let read = |node: &RedisServer| -> u64 {
+        let value = node.get(counter).expect("a counter on every node");
+        String::from_utf8(value).unwrap().parse().unwrap()
+    };
+    // Node 0 runs ahead of the others by 1000.
+    let ahead = read(&nodes[0]) + 1000;
+    let mut connection = nodes[0].connection();
+    redis::cmd("SET")
+        .arg(counter)
+        .arg(ahead)
+        .query::<()>(&mut connection)
+        .unwrap();
+    reset_stats(&nodes);
+    let guard = redlock
+        .lock("fencing:behind", Duration::from_secs(5))
+        .await
+        .unwrap();
+    let token = guard.fencing_token().unwrap();
+    assert_eq!(token, ahead + 1, "the token is the highest counter");
+    for node in &nodes {
+        assert!(read(node) >= token, "every node holds the token now");
+    }
+    let scripts = command_calls(&nodes).get("evalsha").copied().unwrap_or(0);
+    assert_eq!(
+        scripts,
+        3 + 2,
+        "the acquire script on 3 nodes, a write-back on 2"
+    );
+    guard.unlock().await.unwrap();
+    // Node 0 (the one ahead) goes: the next quorum is nodes 1 and 2.
+    nodes[0].kill();
+    let next = redlock
+        .lock("fencing:behind", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(next.fencing_token().unwrap() > token, "tokens increase");
+    next.unlock().await.unwrap();
 }
 
 /// Locking a resource whose key is the fencing counter's is refused.
