@@ -5,14 +5,19 @@
 //! run. `scripts/bench.sh` starts the servers and runs it:
 //!
 //! ```text
-//! bench [--quick] [--json PATH] URL x5      (BENCH_REDIS_DIR: the servers' pidfile dir)
+//! bench [--quick] [--json PATH] [--layout NAME] URL x5   (BENCH_REDIS_DIR: the servers' pidfile dir)
+//! bench --summarize [--json PATH] FILE...    medians and spreads of several runs
+//! bench --profile [N CLIENT SECONDS] URL x5  one client's throughput, for a profiler
 //! ```
 //!
 //! Workloads at N = 1, 3, 5 nodes: latency (sequential lock + unlock of
 //! distinct resources), throughput (64 tasks), contended (8 tasks, one
-//! resource, 1 ms holds); at N = 5: latency with one node frozen (SIGSTOP);
-//! heap allocations per uncontended cycle; peak RSS. Prints one table with the
-//! ratios quorlock / floor and quorlock / rslock, and writes JSON lines.
+//! resource, 1 ms holds), each also with fencing on (quorlock only), heap
+//! allocations and requests (counted by the nodes' `MONITOR`) per
+//! uncontended cycle; at N = 5: latency with one node frozen (SIGSTOP); peak
+//! RSS. Prints one table with the ratios quorlock / floor and quorlock /
+//! rslock, and writes JSON lines, tagged with `--layout` (how the script
+//! pinned the processes); `--summarize` turns several runs into medians.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
@@ -149,7 +154,9 @@ impl Floor {
     /// Polls every 0-1 ms until it holds the lock (a give-up after 2 s).
     async fn lock(&self, resource: &str) -> Option<(Vec<u8>, String)> {
         let key = format!("floor:{resource}").into_bytes();
-        let token = uuid::Uuid::new_v4().simple().to_string();
+        // 128 bits from the thread's CSPRNG, no system call: the least a
+        // random token costs (quorlock's own tokens cost the same).
+        let token = format!("{:032x}", rand::random::<u128>());
         let deadline = Instant::now() + Duration::from_secs(2);
         loop {
             if self.try_lock(&key, &token).await {
@@ -279,7 +286,13 @@ async fn latency(
 }
 
 /// Workload 2: 64 tasks, each lock + unlock of its own resources.
-async fn throughput(table: &mut Table, clients: &[Client], nodes: usize, duration: Duration) {
+async fn throughput(
+    table: &mut Table,
+    clients: &[Client],
+    nodes: usize,
+    duration: Duration,
+    workload: &str,
+) {
     for client in clients {
         let cycles = Arc::new(AtomicU64::new(0));
         let stop = Instant::now() + duration;
@@ -302,7 +315,7 @@ async fn throughput(table: &mut Table, clients: &[Client], nodes: usize, duratio
         let started = Instant::now();
         join_all(tasks).await;
         let rate = cycles.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
-        table.put("throughput", nodes, "cycles/s", client.name(), rate);
+        table.put(workload, nodes, "cycles/s", client.name(), rate);
     }
 }
 
@@ -331,6 +344,99 @@ async fn commands_run(urls: &[String]) -> Result<u64, AnyError> {
         }
     }
     Ok(total)
+}
+
+/// One node's `MONITOR` stream, counted on a thread of its own: the requests
+/// clients send (a command a script runs shows as `[0 lua]` and is not one).
+struct Monitor {
+    stream: std::net::TcpStream,
+    counter: std::thread::JoinHandle<u64>,
+}
+
+impl Monitor {
+    fn start(url: &str) -> Result<Monitor, AnyError> {
+        use std::io::BufRead;
+        let address = url.trim_start_matches("redis://").trim_end_matches('/');
+        let mut stream = std::net::TcpStream::connect(address)?;
+        stream.write_all(b"MONITOR\r\n")?;
+        let mut reader = std::io::BufReader::new(stream.try_clone()?);
+        let mut ok = String::new();
+        reader.read_line(&mut ok)?;
+        if !ok.starts_with("+OK") {
+            return Err(format!("MONITOR refused: {ok}").into());
+        }
+        let counter = std::thread::spawn(move || {
+            let mut requests = 0;
+            for line in reader.lines() {
+                let Ok(line) = line else { break };
+                if !line.contains(" [0 lua] ") {
+                    requests += 1;
+                }
+            }
+            requests
+        });
+        Ok(Monitor { stream, counter })
+    }
+
+    fn stop(self) -> u64 {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        self.counter.join().unwrap_or(0)
+    }
+}
+
+/// Requests sent to the nodes per uncontended lock + unlock cycle (counted
+/// by the nodes' `MONITOR`), and the commands the nodes ran for them (their
+/// `INFO commandstats`, which counts what scripts run too).
+async fn requests(
+    table: &mut Table,
+    clients: &[Client],
+    urls: &[String],
+    cycles: usize,
+    workload: &str,
+) -> Result<(), AnyError> {
+    let nodes = urls.len();
+    for client in clients {
+        let resources: Vec<String> = (0..cycles)
+            .map(|cycle| format!("bench:requests:{cycle}"))
+            .collect();
+        // Warm: connected, scripts loaded.
+        if let Some(held) = client.lock("bench:requests:warm").await {
+            client.unlock(held).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let monitors = urls
+            .iter()
+            .map(|url| Monitor::start(url))
+            .collect::<Result<Vec<_>, _>>()?;
+        let before = commands_run(urls).await?;
+        for resource in &resources {
+            if let Some(held) = client.lock(resource).await {
+                client.unlock(held).await;
+            }
+        }
+        // Stragglers (a release's last nodes) land.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let after = commands_run(urls).await?;
+        // `commands_run` itself sent one INFO per node each time.
+        let seen: u64 = monitors.into_iter().map(Monitor::stop).sum();
+        let sent = seen.saturating_sub(2 * nodes as u64);
+        let name = client.name();
+        table.put(
+            workload,
+            nodes,
+            "requests/cycle",
+            name,
+            sent as f64 / cycles as f64,
+        );
+        table.put(
+            workload,
+            nodes,
+            "commands/cycle",
+            name,
+            (after - before) as f64 / cycles as f64,
+        );
+    }
+    Ok(())
 }
 
 /// A precise 1 ms hold (tokio's timer rounds to whole milliseconds and more).
@@ -457,7 +563,13 @@ async fn contended(
 }
 
 /// Heap allocations per uncontended lock + unlock cycle.
-async fn allocations(table: &mut Table, clients: &[Client], nodes: usize, cycles: usize) {
+async fn allocations(
+    table: &mut Table,
+    clients: &[Client],
+    nodes: usize,
+    cycles: usize,
+    workload: &str,
+) {
     for client in clients {
         for warm in 0..20 {
             if let Some(held) = client.lock(&format!("bench:alloc:warm:{warm}")).await {
@@ -474,13 +586,7 @@ async fn allocations(table: &mut Table, clients: &[Client], nodes: usize, cycles
             }
         }
         let per_cycle = (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / cycles as f64;
-        table.put(
-            "allocations",
-            nodes,
-            "allocs/cycle",
-            client.name(),
-            per_cycle,
-        );
+        table.put(workload, nodes, "allocs/cycle", client.name(), per_cycle);
     }
 }
 
@@ -508,7 +614,7 @@ fn signal(pid_file: &std::path::Path, signal: &str) -> Result<(), AnyError> {
     Ok(())
 }
 
-fn print(table: &Table, json: &mut impl Write) -> std::io::Result<()> {
+fn print(table: &Table, layout: &str, json: &mut impl Write) -> std::io::Result<()> {
     println!(
         "{:<16} {:>2} {:<15} {:>12} {:>12} {:>12} {:>9} {:>9}",
         "workload", "N", "metric", "quorlock", "rslock", "floor", "q/floor", "q/rslock"
@@ -535,7 +641,7 @@ fn print(table: &Table, json: &mut impl Write) -> std::io::Result<()> {
         let field = |v: Option<&f64>| v.map_or("null".into(), |v| format!("{v:.3}"));
         writeln!(
             json,
-            "{{\"workload\":\"{workload}\",\"nodes\":{nodes},\"metric\":\"{metric}\",\"quorlock\":{},\"rslock\":{},\"floor\":{}}}",
+            "{{\"layout\":\"{layout}\",\"workload\":\"{workload}\",\"nodes\":{nodes},\"metric\":\"{metric}\",\"quorlock\":{},\"rslock\":{},\"floor\":{}}}",
             field(q),
             field(r),
             field(f)
@@ -544,16 +650,153 @@ fn print(table: &Table, json: &mut impl Write) -> std::io::Result<()> {
     Ok(())
 }
 
-/// `--profile`: only quorlock's throughput at N = 5, for a profiler to watch.
-async fn profile(urls: &[String]) -> Result<(), AnyError> {
-    let set = clients(&urls[..5], false).await?;
+/// `--profile N CLIENT SECONDS`: only one client's throughput at N nodes, for
+/// a profiler to watch (defaults: 5, quorlock, 5).
+async fn profile(args: &[String], urls: &[String]) -> Result<(), AnyError> {
+    let nodes: usize = args.first().and_then(|n| n.parse().ok()).unwrap_or(5);
+    let name = args.get(1).map_or("quorlock", String::as_str);
+    let seconds: f64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(5.0);
+    let set = clients(&urls[..nodes.clamp(1, urls.len())], false).await?;
+    let chosen: Vec<Client> = set.into_iter().filter(|c| c.name() == name).collect();
     let mut table = Table::default();
-    throughput(&mut table, &set[..1], 5, Duration::from_secs(5)).await;
-    print(&table, &mut std::io::sink())?;
+    let window = Duration::from_secs_f64(seconds);
+    throughput(&mut table, &chosen, nodes, window, "throughput").await;
+    print(&table, "", &mut std::io::sink())?;
     Ok(())
 }
 
-async fn run(quick: bool, urls: &[String], json_path: &str) -> Result<(), AnyError> {
+/// The value of `name` in one of our JSON lines (a string without quotes,
+/// a number, or `null`).
+fn json_field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let start = line.find(&format!("\"{name}\":"))? + name.len() + 3;
+    let rest = &line[start..];
+    match rest.strip_prefix('"') {
+        Some(text) => text.split('"').next(),
+        None => rest.split([',', '}']).next(),
+    }
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// `--summarize [--json OUT] FILE...`: the medians of several runs' JSON
+/// lines (by layout, workload, N and metric), each with its spread (max -
+/// min, as a percentage of the median), and the ratios of the medians.
+fn summarize(files: &[String], json_path: Option<&str>) -> Result<(), AnyError> {
+    type Key = (String, String, usize, String);
+    let mut order: Vec<Key> = Vec::new();
+    let mut runs: BTreeMap<Key, BTreeMap<&'static str, Vec<f64>>> = BTreeMap::new();
+    for file in files {
+        for line in std::fs::read_to_string(file)?.lines() {
+            let text = |name| json_field(line, name).unwrap_or_default().to_owned();
+            let key = (
+                text("layout"),
+                text("workload"),
+                text("nodes").parse().unwrap_or(0),
+                text("metric"),
+            );
+            if !runs.contains_key(&key) {
+                order.push(key.clone());
+            }
+            let values = runs.entry(key).or_default();
+            for name in ["quorlock", "rslock", "floor"] {
+                if let Some(value) = json_field(line, name).and_then(|v| v.parse().ok()) {
+                    values.entry(name).or_default().push(value);
+                }
+            }
+        }
+    }
+    let mut json: Box<dyn Write> = match json_path {
+        Some(path) => Box::new(std::fs::File::create(path)?),
+        None => Box::new(std::io::sink()),
+    };
+    let mut medians: BTreeMap<Key, BTreeMap<&'static str, f64>> = BTreeMap::new();
+    let mut layout_shown = None;
+    for key in &order {
+        let (layout, workload, nodes, metric) = key;
+        if layout_shown != Some(layout) {
+            println!("\n== layout: {layout} (median of the runs; spread = (max - min) / median)");
+            println!(
+                "{:<20} {:>2} {:<15} {:>18} {:>18} {:>18} {:>7} {:>8}",
+                "workload", "N", "metric", "quorlock", "rslock", "floor", "q/floor", "q/rslock"
+            );
+            layout_shown = Some(layout);
+        }
+        let mut cells = Vec::new();
+        let mut fields = Vec::new();
+        for name in ["quorlock", "rslock", "floor"] {
+            let mut values = runs[key].get(name).cloned().unwrap_or_default();
+            if values.is_empty() {
+                cells.push("-".to_owned());
+                fields.push(format!("\"{name}\":null"));
+                continue;
+            }
+            let (low, high) = values
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(l, h), v| (l.min(*v), h.max(*v)));
+            let mid = median(&mut values);
+            let spread = if mid != 0.0 {
+                (high - low) / mid * 100.0
+            } else {
+                0.0
+            };
+            medians.entry(key.clone()).or_default().insert(name, mid);
+            cells.push(format!("{mid:.1} ±{spread:.0}%"));
+            fields.push(format!(
+                "\"{name}\":{mid:.3},\"{name}_spread_pct\":{spread:.1},\"{name}_runs\":{}",
+                values.len()
+            ));
+        }
+        let m = &medians.get(key).cloned().unwrap_or_default();
+        let ratio = |a: &str, b: &str| match (m.get(a), m.get(b)) {
+            (Some(a), Some(b)) if *b != 0.0 => format!("{:.2}", a / b),
+            _ => "-".into(),
+        };
+        println!(
+            "{workload:<20} {nodes:>2} {metric:<15} {:>18} {:>18} {:>18} {:>7} {:>8}",
+            cells[0],
+            cells[1],
+            cells[2],
+            ratio("quorlock", "floor"),
+            ratio("quorlock", "rslock")
+        );
+        writeln!(
+            json,
+            "{{\"layout\":\"{layout}\",\"workload\":\"{workload}\",\"nodes\":{nodes},\"metric\":\"{metric}\",{}}}",
+            fields.join(",")
+        )?;
+    }
+    // The price of fencing in throughput, from the medians.
+    for ((layout, workload, nodes, metric), values) in &medians {
+        if workload != "throughput, fenced" {
+            continue;
+        }
+        let plain = (
+            layout.clone(),
+            "throughput".to_owned(),
+            *nodes,
+            metric.clone(),
+        );
+        if let (Some(fenced), Some(unfenced)) = (
+            values.get("quorlock"),
+            medians.get(&plain).and_then(|v| v.get("quorlock")),
+        ) {
+            println!(
+                "layout {layout}, N = {nodes}: fenced / unfenced throughput {:.2}",
+                fenced / unfenced
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn run(quick: bool, urls: &[String], json_path: &str, layout: &str) -> Result<(), AnyError> {
     let redis_dir = std::env::var("BENCH_REDIS_DIR").ok();
     let (cycles, window) = if quick {
         (50, Duration::from_millis(300))
@@ -598,14 +841,36 @@ async fn run(quick: bool, urls: &[String], json_path: &str) -> Result<(), AnyErr
             table.put("latency, fenced", nodes, "p50 µs", "floor", floor);
         }
         eprintln!("N = {nodes}: throughput");
-        throughput(&mut table, &set, nodes, window).await;
+        throughput(&mut table, &set, nodes, window, "throughput").await;
+        throughput(&mut table, &fenced, nodes, window, "throughput, fenced").await;
+        eprintln!("N = {nodes}: allocations, requests");
+        let alloc_cycles = cycles.min(1000);
+        allocations(&mut table, &set, nodes, alloc_cycles, "uncontended").await;
+        allocations(
+            &mut table,
+            &fenced,
+            nodes,
+            alloc_cycles,
+            "uncontended, fenced",
+        )
+        .await;
+        let request_cycles = cycles.min(200);
+        requests(&mut table, &set, urls, request_cycles, "uncontended").await?;
+        requests(
+            &mut table,
+            &fenced,
+            urls,
+            request_cycles,
+            "uncontended, fenced",
+        )
+        .await?;
         eprintln!("N = {nodes}: contended");
         let contended_set = clients(urls, true).await?;
         contended(&mut table, &contended_set, urls, window).await?;
     }
     let set = clients(&urls[..5], false).await?;
-    eprintln!("N = 5: allocations");
-    allocations(&mut table, &set, 5, cycles.min(1000)).await;
+    // Warm (connected, first checks done) before a node freezes.
+    latency(&mut Table::default(), &set, 5, 20, "warm-up").await;
     match &redis_dir {
         Some(dir) => {
             let port = urls[4].rsplit(':').next().unwrap_or_default();
@@ -631,25 +896,48 @@ async fn run(quick: bool, urls: &[String], json_path: &str) -> Result<(), AnyErr
     }
     table.put("process", 0, "peak RSS KiB", "quorlock", peak_rss_kib());
     let mut json = std::fs::File::create(json_path)?;
-    print(&table, &mut json)?;
+    print(&table, layout, &mut json)?;
     println!("(JSON lines in {json_path})");
     Ok(())
 }
 
 fn main() -> std::process::ExitCode {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let take = |args: &mut Vec<String>, flag: &str| -> Option<String> {
+        let at = args.iter().position(|a| a == flag)?;
+        (at + 1 < args.len()).then(|| {
+            args.remove(at);
+            args.remove(at)
+        })
+    };
+    let json = take(&mut args, "--json");
+    let layout = take(&mut args, "--layout").unwrap_or_else(|| "unpinned".to_owned());
+    if args.first().map(String::as_str) == Some("--summarize") {
+        return match summarize(&args[1..], json.as_deref()) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("bench: {err}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     let quick = args.first().map(String::as_str) == Some("--quick");
     let profiling = args.first().map(String::as_str) == Some("--profile");
+    let mut profile_args = Vec::new();
     if quick || profiling {
         args.remove(0);
     }
-    let mut json = "bench.jsonl".to_owned();
-    if args.first().map(String::as_str) == Some("--json") && args.len() > 1 {
-        json = args[1].clone();
-        args.drain(..2);
+    if profiling {
+        while args.first().is_some_and(|a| !a.starts_with("redis")) {
+            profile_args.push(args.remove(0));
+        }
     }
     if args.len() < 5 {
-        eprintln!("usage: bench [--quick] [--json PATH] URL URL URL URL URL");
+        eprintln!(
+            "usage: bench [--quick] [--json PATH] [--layout NAME] URL URL URL URL URL\n       \
+             bench --profile [N CLIENT SECONDS] URL x5\n       \
+             bench --summarize [--json PATH] FILE..."
+        );
         return std::process::ExitCode::from(2);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -663,10 +951,11 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    let json = json.unwrap_or_else(|| "bench.jsonl".to_owned());
     let outcome = if profiling {
-        runtime.block_on(profile(&args))
+        runtime.block_on(profile(&profile_args, &args))
     } else {
-        runtime.block_on(run(quick, &args, &json))
+        runtime.block_on(run(quick, &args, &json, &layout))
     };
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,

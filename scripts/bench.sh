@@ -1,39 +1,78 @@
 #!/usr/bin/env bash
-# The benchmark: quorlock vs rslock vs the round-trip floor, on 5 throw-away
-# redis-servers, in one run (about 2 minutes). With 2 or more cores the
-# servers run on CPU 1 and the benchmark on CPU 0 (taskset). Then contention
-# across processes (examples/contention.rs, its own servers, not pinned):
-# P worker processes x T tasks on one resource, quorlock beside rslock,
-# medians of 3 runs of 5 s (about 4 more minutes); --quick: one 2 s run of
-# 4 x 4 each; --no-contention skips it.
-# Usage: scripts/bench.sh [--quick] [--no-contention] [--json PATH]
+# The benchmark: quorlock vs rslock vs the round-trip floor on 5 throw-away
+# redis-servers, 3 runs in each of two layouts, then the medians of the runs
+# with their spreads (`bench --summarize`); a single run here varies by 7-16 %.
+#   split: the servers on CPU 1, the benchmark on CPU 0 (the client's CPU
+#          per lock decides throughput until the servers' core is full);
+#   same:  servers and benchmark on CPU 0 (throughput is the total CPU per
+#          lock, client and servers).
+# Each run takes about 3 minutes. Then contention across processes
+# (examples/contention.rs, its own servers, not pinned): P worker processes x T
+# tasks on one resource, quorlock beside rslock, medians of 3 runs of 5 s
+# (about 4 more minutes).
+# --quick: one short run per layout and one 2 s contention run of 4 x 4 each;
+# --runs N: N runs per layout; --no-contention skips the contention part.
+# Usage: scripts/bench.sh [--quick] [--runs N] [--no-contention] [--json PATH]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/redis.sh
 
 ensure_redis_server
 redis_setup
+# Each layout's servers live in a directory of their own under $REDIS_TMP.
+stop_layout() { [ -d "$1" ] && (REDIS_TMP="$1"; redis_stop_all); return 0; }
+stop_everything() {
+    local dir
+    for dir in "$REDIS_TMP"/layout-*; do stop_layout "$dir"; done
+    redis_stop_all
+}
+trap stop_everything EXIT
 
 echo "== building the benchmark (release)"
 bench=$(example_binary bench)
 contention=$(example_binary contention)
-quick=false contended=true args=()
-for arg in "$@"; do
-    case "$arg" in
-        --quick) quick=true args+=("$arg") ;;
+quick=false contended=true args=() runs=3 json=bench.jsonl
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick) quick=true runs=1 args+=("$1") ;;
         --no-contention) contended=false ;;
-        *) args+=("$arg") ;;
+        --runs) runs=$2; shift ;;
+        --json) json=$2; shift ;;
+        *) args+=("$1") ;;
     esac
+    shift
 done
-pin_servers=() pin_bench=()
-if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
-    pin_servers=(taskset -c 1) pin_bench=(taskset -c 0)
-    echo "== servers pinned to CPU 1, the benchmark to CPU 0"
+layouts=(split same)
+if [ "$(nproc)" -lt 2 ] || ! command -v taskset >/dev/null 2>&1; then
+    echo "== one CPU (or no taskset): one unpinned layout"
+    layouts=(unpinned)
 fi
-urls=()
-for _ in 1 2 3 4 5; do urls+=("$("${pin_servers[@]}" bash -c 'source scripts/redis.sh; REDIS_TMP="$1"; redis_start' _ "$REDIS_TMP")"); done
-echo "== nodes: ${urls[*]}"
-BENCH_REDIS_DIR="$REDIS_TMP" "${pin_bench[@]}" "$bench" "${args[@]}" "${urls[@]}"
+results="$REDIS_TMP/results"
+mkdir -p "$results"
+for layout in "${layouts[@]}"; do
+    case "$layout" in
+        split) pin_servers=(taskset -c 1) pin_bench=(taskset -c 0) ;;
+        same) pin_servers=(taskset -c 0) pin_bench=(taskset -c 0) ;;
+        *) pin_servers=() pin_bench=() ;;
+    esac
+    dir="$REDIS_TMP/layout-$layout"
+    mkdir -p "$dir"
+    urls=()
+    for _ in 1 2 3 4 5; do
+        urls+=("$("${pin_servers[@]}" bash -c 'source scripts/redis.sh; REDIS_TMP="$1"; redis_start' _ "$dir")")
+    done
+    echo "== layout $layout: nodes ${urls[*]}"
+    for run in $(seq "$runs"); do
+        echo "== layout $layout, run $run of $runs"
+        BENCH_REDIS_DIR="$dir" "${pin_bench[@]}" "$bench" "${args[@]}" \
+            --layout "$layout" --json "$results/$layout-$run.jsonl" "${urls[@]}" >"$results/$layout-$run.txt"
+        tail -n +2 "$results/$layout-$run.txt" | grep -E '^throughput ' || true
+    done
+    # This layout's servers go before the next layout's start.
+    stop_layout "$dir"
+done
+"$bench" --summarize --json "$json" "$results"/*.jsonl
+echo "(medians as JSON lines in $json)"
 
 $contended || exit 0
 echo "== contention across processes"
