@@ -95,6 +95,13 @@ pub(crate) struct Handle {
     id: u64,
 }
 
+impl Handle {
+    /// The attempt that made the connection.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+}
+
 impl Link {
     pub(crate) fn new(client: Client, connect_timeout: Duration, check: Check) -> Arc<Self> {
         Arc::new_cyclic(|me| Link {
@@ -142,12 +149,12 @@ impl Link {
         Ok(Handle { connection, id })
     }
 
-    /// Drops the connection of `handle` after a call found it broken, and
-    /// starts a new attempt at once.
-    pub(crate) fn broken(&self, handle: &Handle) {
+    /// Drops the connection that attempt `attempt` made (a [`Handle::id`])
+    /// after a call found it broken, and starts a new attempt at once.
+    pub(crate) fn broken(&self, attempt: u64) {
         let (launch, _old) = {
             let mut state = self.state();
-            if !matches!(state.1, State::Ready { id, .. } if id == handle.id) {
+            if !matches!(state.1, State::Ready { id, .. } if id == attempt) {
                 return;
             }
             let old = std::mem::replace(&mut state.1, State::Idle);

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{Client, Cmd, ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind, Value};
+use redis::{Client, Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use crate::answer::{Answer, NodeError, NodeErrorKind, NotCounted};
 use crate::connection::{self, Link};
@@ -109,9 +109,16 @@ struct Standing {
     index: usize,
 }
 
-/// One node of the lock. Cheap to share: calls clone the connection handle.
+/// One node of the lock. Each call clones its one `Arc` (the node's own, so
+/// calls to different nodes touch different reference counts).
 #[derive(Debug)]
 pub(crate) struct Node {
+    shared: Arc<Shared>,
+}
+
+/// What a node's calls share.
+#[derive(Debug)]
+struct Shared {
     /// `host:port` (or the socket path), for errors and logs; never credentials.
     name: Arc<str>,
     link: Arc<Link>,
@@ -123,6 +130,76 @@ pub(crate) struct Node {
     standing: Arc<Standing>,
     /// Where releases that timed out finish.
     background: Background,
+}
+
+/// One exchange with a node: a command, and what to do when the node
+/// refuses it in one of the two ways that have a fallback.
+struct Call {
+    cmd: Cmd,
+    /// The script `cmd` runs (by `EVALSHA`): on `NOSCRIPT` it is loaded and
+    /// `cmd` sent again.
+    script: Option<&'static Script>,
+    /// For `SET NX GET`: the `SET NX` a server older than Redis 7.0 gets
+    /// instead (it refuses `NX` with `GET`), from then on.
+    legacy: Option<Cmd>,
+}
+
+/// How a node's reply to a [`Call`] reads as an [`Answer`].
+#[derive(Debug, Clone, Copy)]
+enum Reply {
+    /// `SET NX GET` (nil: set) or `SET NX` (OK: set).
+    SetNx,
+    /// The fenced acquire script: the counter when set, 0 when taken.
+    Fenced,
+    /// The queue script: `{1, counter}` (granted; `counter` only with
+    /// fencing on) or `{0, ticket}` (queued).
+    Queued { fenced: bool },
+    /// A script's 1 (yes) or 0 (no).
+    YesNo,
+    /// The inspect script: `{token, pttl}` or nil.
+    Holds,
+    /// Any reply will do (a record's `SADD`).
+    Any,
+}
+
+impl Reply {
+    /// The answer in `reply`, which came from the legacy command when
+    /// `legacy`; `Err` with the reply when the protocol does not allow it.
+    fn read(self, reply: Value, legacy: bool) -> Result<Answer, Value> {
+        let answer = match (self, reply) {
+            // With GET: nil means the key was absent and is now ours.
+            (Reply::SetNx, Value::Nil) if !legacy => Answer::Granted(None),
+            (Reply::SetNx, Value::Okay) if legacy => Answer::Granted(None),
+            (Reply::SetNx, Value::BulkString(_)) if !legacy => Answer::Refused(None),
+            (Reply::SetNx, Value::Nil) => Answer::Refused(None),
+            (Reply::Fenced, Value::Int(0)) => Answer::Refused(None),
+            (Reply::Fenced, Value::Int(counter)) if counter > 0 => {
+                Answer::Granted(u64::try_from(counter).ok())
+            }
+            (Reply::Queued { fenced }, Value::Array(items)) => match items.as_slice() {
+                [Value::Int(1), _] if !fenced => Answer::Granted(None),
+                [Value::Int(1), Value::Int(counter)] if *counter > 0 => {
+                    Answer::Granted(u64::try_from(*counter).ok())
+                }
+                [Value::Int(0), Value::Int(ticket)] if *ticket > 0 => {
+                    Answer::Refused(Some(ticket.unsigned_abs()))
+                }
+                _ => return Err(Value::Array(items)),
+            },
+            (Reply::YesNo, Value::Int(1)) | (Reply::Any, _) => Answer::Granted(None),
+            (Reply::YesNo, Value::Int(0)) | (Reply::Holds, Value::Nil) => Answer::Refused(None),
+            (Reply::Holds, Value::Array(items)) => match items.as_slice() {
+                // A foreign value need not be UTF-8; ours always is.
+                [Value::BulkString(token), Value::Int(pttl_ms)] => Answer::Holds {
+                    token: String::from_utf8_lossy(token).into_owned(),
+                    pttl_ms: *pttl_ms,
+                },
+                _ => return Err(Value::Array(items)),
+            },
+            (_, reply) => return Err(reply),
+        };
+        Ok(answer)
+    }
 }
 
 impl Node {
@@ -144,13 +221,15 @@ impl Node {
             })
         };
         Node {
-            name: standings.name(index).into(),
-            link: Link::new(client, connect_timeout, check),
-            timeout,
-            connect_timeout,
-            legacy_set,
-            standing: Arc::new(Standing { standings, index }),
-            background,
+            shared: Arc::new(Shared {
+                name: standings.name(index).into(),
+                link: Link::new(client, connect_timeout, check),
+                timeout,
+                connect_timeout,
+                legacy_set,
+                standing: Arc::new(Standing { standings, index }),
+                background,
+            }),
         }
     }
 
@@ -165,265 +244,103 @@ impl Node {
     pub(crate) fn connect(
         &self,
     ) -> impl Future<Output = Result<(), NodeErrorKind>> + Send + 'static {
-        let link = self.link.clone();
+        let link = self.shared.link.clone();
         async move { link.connection().await.map(drop) }
-    }
-
-    /// Runs `call` on this node's connection (connecting first if needed),
-    /// bounded by the per-node timeout (the connect timeout for
-    /// [`Purpose::Read`]).
-    ///
-    /// A [`Purpose::Vote`] is not sent to a skipped node. A [`Purpose::Cleanup`]
-    /// that times out is not dropped but finishes in the background (for up
-    /// to [`CLEANUP_LINGER`]): the `redis` crate skips a queued request whose
-    /// caller went away, and a release must not be lost to a busy connection.
-    fn bounded<T, F, Fut>(
-        &self,
-        kind: Purpose,
-        call: F,
-    ) -> impl Future<Output = Result<T, NodeError>> + Send + 'static
-    where
-        F: FnOnce(MultiplexedConnection) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<T, RedisError>> + Send + 'static,
-        T: Send + 'static,
-    {
-        let skipped =
-            kind == Purpose::Vote && self.standing.standings.is_skipped(self.standing.index);
-        let name = self.name.clone();
-        let timeout = if kind == Purpose::Read {
-            self.connect_timeout
-        } else {
-            self.timeout
-        };
-        let (link, standing) = (self.link.clone(), self.standing.clone());
-        let background = self.background.clone();
-        async move {
-            if skipped {
-                let reason = NotCounted::Unresponsive { timeout };
-                return Err(NodeError::new(
-                    name,
-                    NodeErrorKind::NotCounted(Arc::new(reason)),
-                ));
-            }
-            let work = on_link(link.clone(), call);
-            let answer = if kind == Purpose::Cleanup {
-                let mut pending = Box::pin(work);
-                let answer = tokio::time::timeout(timeout, &mut pending).await;
-                if answer.is_err() {
-                    background.spawn(tokio::time::timeout(CLEANUP_LINGER, pending));
-                }
-                answer
-            } else {
-                tokio::time::timeout(timeout, work).await
-            };
-            match answer {
-                Ok(Ok(value)) => Ok(value),
-                Ok(Err(kind)) => Err(NodeError::new(name, kind)),
-                Err(_) => {
-                    if kind != Purpose::Read {
-                        timed_out(&standing, link, timeout);
-                    }
-                    Err(NodeError::new(name, NodeErrorKind::Timeout(timeout)))
-                }
-            }
-        }
     }
 
     /// Sends `request` to this node; the answer comes within the call's
     /// bound (the per-node timeout; the connect timeout for a read).
+    ///
+    /// The call is one future of one type for every request (built in its
+    /// box, not wrapped: a lock + unlock cycle used to copy four kilobytes of
+    /// nested futures per node).
     pub(crate) fn send(&self, request: &Request) -> BoxFuture<'static, Answer> {
-        match request {
+        let (purpose, call, reply) = match request {
             Request::Acquire {
                 lock,
                 ttl_ms,
                 counter_key: None,
-            } => self
-                .acquire(lock.clone(), *ttl_ms)
-                .map(Answer::from)
-                .boxed(),
+            } => (Purpose::Vote, set_nx(lock, *ttl_ms), Reply::SetNx),
             Request::Acquire {
                 lock,
                 ttl_ms,
                 counter_key: Some(counter_key),
-            } => self
-                .acquire_fenced(lock.clone(), counter_key.clone(), *ttl_ms)
-                .boxed(),
+            } => {
+                let mut cmd = evalsha(&scripts::ACQUIRE_FENCED, 2, 2);
+                cmd.arg(&*lock.key)
+                    .arg(&**counter_key)
+                    .arg(&*lock.token)
+                    .arg(*ttl_ms);
+                (
+                    Purpose::Vote,
+                    script(cmd, &scripts::ACQUIRE_FENCED),
+                    Reply::Fenced,
+                )
+            }
             Request::Wait {
                 lock,
                 ttl_ms,
                 counter_key,
                 waiter,
                 ticket,
-            } => self
-                .wait_turn(
-                    lock.clone(),
-                    *ttl_ms,
-                    counter_key.clone(),
-                    waiter.clone(),
-                    *ticket,
+            } => {
+                let keys = 1 + usize::from(counter_key.is_some());
+                let mut cmd = evalsha(&scripts::WAIT, keys, 5);
+                cmd.arg(&*lock.key);
+                if let Some(counter_key) = counter_key {
+                    cmd.arg(&**counter_key);
+                }
+                cmd.arg(&*lock.token)
+                    .arg(*ttl_ms)
+                    .arg(&**waiter)
+                    .arg(*ticket)
+                    .arg(queue::lifetime_ms());
+                let fenced = counter_key.is_some();
+                (
+                    Purpose::Vote,
+                    script(cmd, &scripts::WAIT),
+                    Reply::Queued { fenced },
                 )
-                .boxed(),
-            Request::Extend { lock, ttl_ms } => self
-                .script(&scripts::EXTEND, Purpose::Vote, lock, None, Some(*ttl_ms))
-                .map(Answer::from)
-                .boxed(),
+            }
+            Request::Extend { lock, ttl_ms } => {
+                let mut cmd = evalsha(&scripts::EXTEND, 1, 2);
+                cmd.arg(&*lock.key).arg(&*lock.token).arg(*ttl_ms);
+                (Purpose::Vote, script(cmd, &scripts::EXTEND), Reply::YesNo)
+            }
             Request::WriteBack {
                 lock,
                 counter_key,
                 fencing_token,
-            } => self
-                .script(
-                    &scripts::FENCE_WRITE_BACK,
+            } => {
+                let mut cmd = evalsha(&scripts::FENCE_WRITE_BACK, 2, 2);
+                cmd.arg(&*lock.key)
+                    .arg(&**counter_key)
+                    .arg(&*lock.token)
+                    .arg(*fencing_token);
+                (
                     Purpose::Vote,
-                    lock,
-                    Some(counter_key.clone()),
-                    Some(*fencing_token),
+                    script(cmd, &scripts::FENCE_WRITE_BACK),
+                    Reply::YesNo,
                 )
-                .map(Answer::from)
-                .boxed(),
-            Request::Release { lock, place } => self
-                .release(lock.clone(), place.clone())
-                .map(Answer::from)
-                .boxed(),
-            Request::Inspect { key } => self.inspect(key.clone()).boxed(),
-        }
-    }
-
-    /// `SET key token NX GET PX ttl_ms`: `Ok(true)` when set, `Ok(false)` when
-    /// the key exists. Unlike a bare `SET NX`, a key of another type under the
-    /// lock name is reported (`WRONGTYPE`) instead of passing for another
-    /// holder. Servers older than Redis 7.0 refuse `NX` with `GET`; for them
-    /// the node falls back to `SET NX PX` from then on.
-    fn acquire(
-        &self,
-        lock: LockId,
-        ttl_ms: u64,
-    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
-        let name = self.name.clone();
-        let legacy = self.legacy_set.clone();
-        let call = self.bounded(Purpose::Vote, move |mut connection| async move {
-            let set = |with_get: bool| {
-                let mut cmd = redis::cmd("SET");
-                cmd.arg(&*lock.key).arg(&*lock.token).arg("NX");
-                if with_get {
-                    cmd.arg("GET");
-                }
-                cmd.arg("PX").arg(ttl_ms);
-                cmd
-            };
-            if !legacy.load(Ordering::Relaxed) {
-                match set(true).query_async::<Value>(&mut connection).await {
-                    Err(err) if is_syntax_error(&err) => {
-                        tracing::debug!(
-                            "SET NX GET refused (Redis < 7.0): using SET NX on this node"
-                        );
-                        legacy.store(true, Ordering::Relaxed);
-                    }
-                    answer => return answer.map(|value| (value, true)),
-                }
             }
-            set(false)
-                .query_async::<Value>(&mut connection)
-                .await
-                .map(|value| (value, false))
-        });
-        async move {
-            match call.await? {
-                // With GET: nil means the key was absent and is now ours.
-                (Value::Nil, true) | (Value::Okay, false) => Ok(true),
-                (Value::BulkString(_), true) | (Value::Nil, false) => Ok(false),
-                (other, _) => Err(unexpected(name, &other)),
+            Request::Release { lock, place } => {
+                // Always sent: a node that was slow may still hold our key.
+                let mut cmd = evalsha(&scripts::RELEASE, 1, 4);
+                cmd.arg(&*lock.key).arg(&*lock.token);
+                place_args(&mut cmd, place);
+                (
+                    Purpose::Cleanup,
+                    script(cmd, &scripts::RELEASE),
+                    Reply::YesNo,
+                )
             }
-        }
-    }
-
-    /// The fenced acquire script: granted with the node's incremented
-    /// fencing counter when set; refused when the key exists.
-    fn acquire_fenced(
-        &self,
-        lock: LockId,
-        counter_key: Arc<[u8]>,
-        ttl_ms: u64,
-    ) -> impl Future<Output = Answer> + Send + 'static {
-        let name = self.name.clone();
-        let call = self.bounded(Purpose::Vote, move |mut connection| async move {
-            let mut cmd = evalsha(&scripts::ACQUIRE_FENCED, 2, 2);
-            cmd.arg(&*lock.key)
-                .arg(&*counter_key)
-                .arg(&*lock.token)
-                .arg(ttl_ms);
-            invoke::<Value>(&mut connection, &scripts::ACQUIRE_FENCED, &cmd).await
-        });
-        async move {
-            match call.await {
-                Ok(Value::Int(0)) => Answer::Refused(None),
-                Ok(Value::Int(counter)) if counter > 0 => {
-                    Answer::Granted(u64::try_from(counter).ok())
-                }
-                Ok(other) => Answer::Failed(unexpected(name, &other)),
-                Err(err) => Answer::Failed(err),
+            Request::Inspect { key } => {
+                let mut cmd = evalsha(&scripts::INSPECT, 1, 0);
+                cmd.arg(&**key);
+                (Purpose::Read, script(cmd, &scripts::INSPECT), Reply::Holds)
             }
-        }
-    }
-
-    /// The release script: `Ok(true)` when the key held our token (it is
-    /// then handed on to the first waiter, or deleted). `place` says what
-    /// becomes of a waiter's entry (see [`Place`]).
-    fn release(
-        &self,
-        lock: LockId,
-        place: Place,
-    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
-        let name = self.name.clone();
-        // Always sent: a node that was slow may still hold our key.
-        let call = self.bounded(Purpose::Cleanup, move |mut connection| async move {
-            let mut cmd = evalsha(&scripts::RELEASE, 1, 4);
-            cmd.arg(&*lock.key).arg(&*lock.token);
-            place_args(&mut cmd, &place);
-            invoke::<Value>(&mut connection, &scripts::RELEASE, &cmd).await
-        });
-        async move { yes_or_no(name, call.await?) }
-    }
-
-    /// One waiting round on this node (the queue script): granted (with the
-    /// fencing counter when `counter_key` is given), or queued under the
-    /// ticket the node answers. `ticket` 0 joins at the back.
-    fn wait_turn(
-        &self,
-        lock: LockId,
-        ttl_ms: u64,
-        counter_key: Option<Arc<[u8]>>,
-        waiter: Arc<str>,
-        ticket: u64,
-    ) -> impl Future<Output = Answer> + Send + 'static {
-        let name = self.name.clone();
-        let fenced = counter_key.is_some();
-        let call = self.bounded(Purpose::Vote, move |mut connection| async move {
-            let keys = 1 + usize::from(counter_key.is_some());
-            let mut cmd = evalsha(&scripts::WAIT, keys, 5);
-            cmd.arg(&*lock.key);
-            if let Some(counter_key) = &counter_key {
-                cmd.arg(&**counter_key);
-            }
-            cmd.arg(&*lock.token)
-                .arg(ttl_ms)
-                .arg(&*waiter)
-                .arg(ticket)
-                .arg(queue::lifetime_ms());
-            invoke::<(i64, i64)>(&mut connection, &scripts::WAIT, &cmd).await
-        });
-        async move {
-            match call.await {
-                Ok((1, _)) if !fenced => Answer::Granted(None),
-                Ok((1, counter)) if counter > 0 => Answer::Granted(u64::try_from(counter).ok()),
-                Ok((0, ticket)) if ticket > 0 => Answer::Refused(Some(ticket.unsigned_abs())),
-                Ok((granted, number)) => Answer::Failed(unexpected(
-                    name,
-                    &Value::Array(vec![Value::Int(granted), Value::Int(number)]),
-                )),
-                Err(err) => Answer::Failed(err),
-            }
-        }
+        };
+        Box::pin(self.call(purpose, call, reply))
     }
 
     /// Adds `run_id` to the node's record of incarnations that counted
@@ -433,67 +350,170 @@ impl Node {
         record_key: Arc<[u8]>,
         run_id: Arc<str>,
     ) -> impl Future<Output = Result<(), NodeError>> + Send + 'static {
-        let call = self.bounded(Purpose::Read, move |mut connection| async move {
-            redis::cmd("SADD")
-                .arg(&*record_key)
-                .arg(&*run_id)
-                .query_async::<Value>(&mut connection)
-                .await
-        });
-        call.map(|answer| answer.map(drop))
-    }
-
-    /// The holder's token and remaining TTL (ms) of `key`: `Holds`, or
-    /// `Refused` when the key is absent.
-    fn inspect(&self, key: Arc<[u8]>) -> impl Future<Output = Answer> + Send + 'static {
-        let call = self.bounded(Purpose::Read, move |mut connection| async move {
-            let mut cmd = evalsha(&scripts::INSPECT, 1, 0);
-            cmd.arg(&*key);
-            invoke::<Option<(Vec<u8>, i64)>>(&mut connection, &scripts::INSPECT, &cmd).await
-        });
-        // A foreign value need not be UTF-8; ours always is.
-        call.map(|answer| match answer {
-            Ok(Some((token, pttl_ms))) => Answer::Holds {
-                token: String::from_utf8_lossy(&token).into_owned(),
-                pttl_ms,
-            },
-            Ok(None) => Answer::Refused(None),
-            Err(err) => Answer::Failed(err),
-        })
+        let mut cmd = redis::cmd("SADD");
+        cmd.arg(&*record_key).arg(&*run_id);
+        let call = Call {
+            cmd,
+            script: None,
+            legacy: None,
+        };
+        self.call(Purpose::Read, call, Reply::Any)
+            .map(|answer| match answer {
+                Answer::Failed(err) => Err(err),
+                _ => Ok(()),
+            })
     }
 
     /// `host:port` of this node.
     pub(crate) fn name(&self) -> &str {
-        &self.name
+        &self.shared.name
     }
 
-    /// Runs a script that answers 1 (yes) or 0 (no) with `KEYS` = the
-    /// lock's key (and `second_key`), and `ARGV` = its token, then `number`
-    /// if given.
-    fn script(
+    /// Runs `call` on this node's connection (connecting first if needed),
+    /// bounded by the per-node timeout (the connect timeout for
+    /// [`Purpose::Read`]), and reads the reply as `reply` says.
+    ///
+    /// A [`Purpose::Vote`] is not sent to a skipped node. A [`Purpose::Cleanup`]
+    /// that times out is not dropped but finishes in the background (for up
+    /// to [`CLEANUP_LINGER`]): the `redis` crate skips a queued request whose
+    /// caller went away, and a release must not be lost to a busy connection.
+    fn call(
         &self,
-        script: &'static redis::Script,
-        kind: Purpose,
-        lock: &LockId,
-        second_key: Option<Arc<[u8]>>,
-        number: Option<u64>,
-    ) -> impl Future<Output = Result<bool, NodeError>> + Send + 'static {
-        let name = self.name.clone();
-        let lock = lock.clone();
-        let call = self.bounded(kind, move |mut connection| async move {
-            let keys = 1 + usize::from(second_key.is_some());
-            let mut cmd = evalsha(script, keys, 2);
-            cmd.arg(&*lock.key);
-            if let Some(key) = &second_key {
-                cmd.arg(&**key);
+        purpose: Purpose,
+        call: Call,
+        reply: Reply,
+    ) -> impl Future<Output = Answer> + Send + 'static {
+        let skipped = purpose == Purpose::Vote
+            && (self.shared.standing.standings).is_skipped(self.shared.standing.index);
+        let shared = self.shared.clone();
+        async move {
+            if skipped {
+                let reason = NotCounted::Unresponsive {
+                    timeout: shared.timeout,
+                };
+                let kind = NodeErrorKind::NotCounted(Arc::new(reason));
+                return Answer::Failed(NodeError::new(shared.name.clone(), kind));
             }
-            cmd.arg(&*lock.token);
-            if let Some(number) = number {
-                cmd.arg(number);
+            let timeout = if purpose == Purpose::Read {
+                shared.connect_timeout
+            } else {
+                shared.timeout
+            };
+            let answer = if purpose == Purpose::Cleanup {
+                let mut pending = Box::pin(shared.clone().exchange_owned(call));
+                let answer = tokio::time::timeout(timeout, &mut pending).await;
+                if answer.is_err() {
+                    (shared.background).spawn(tokio::time::timeout(CLEANUP_LINGER, pending));
+                }
+                answer
+            } else {
+                tokio::time::timeout(timeout, shared.exchange(&call)).await
+            };
+            let name = &shared.name;
+            match answer {
+                Ok(Ok((value, legacy))) => reply
+                    .read(value, legacy)
+                    .unwrap_or_else(|value| Answer::Failed(unexpected(name.clone(), &value))),
+                Ok(Err(kind)) => Answer::Failed(NodeError::new(name.clone(), kind)),
+                Err(_) => {
+                    if purpose != Purpose::Read {
+                        timed_out(&shared.standing, shared.link.clone(), timeout);
+                    }
+                    Answer::Failed(NodeError::new(
+                        name.clone(),
+                        NodeErrorKind::Timeout(timeout),
+                    ))
+                }
             }
-            invoke::<Value>(&mut connection, script, &cmd).await
-        });
-        async move { yes_or_no(name, call.await?) }
+        }
+    }
+}
+
+impl Shared {
+    /// [`Shared::exchange`], owning what it needs (for the background).
+    async fn exchange_owned(self: Arc<Self>, call: Call) -> Result<(Value, bool), NodeErrorKind> {
+        self.exchange(&call).await
+    }
+
+    /// Runs `call` on the link's connection (connecting first if needed),
+    /// with its fallbacks; a call that shows the connection broken marks it
+    /// so. The reply comes with whether the legacy command gave it.
+    async fn exchange(&self, call: &Call) -> Result<(Value, bool), NodeErrorKind> {
+        let handle = self.link.connection().await?;
+        let id = handle.id();
+        let mut connection = handle.connection;
+        let answer = self.fallbacks(&mut connection, call).await;
+        if let Err(err) = &answer
+            && connection::is_broken(err)
+        {
+            self.link.broken(id);
+        }
+        answer.map_err(|err| NodeErrorKind::Redis(Arc::new(err)))
+    }
+
+    /// `call`'s command, and its fallback where the node refuses it: the
+    /// script loaded on `NOSCRIPT` (a node that restarted, or ran `SCRIPT
+    /// FLUSH`), `SET NX` instead of `SET NX GET` before Redis 7.0.
+    async fn fallbacks(
+        &self,
+        connection: &mut MultiplexedConnection,
+        call: &Call,
+    ) -> Result<(Value, bool), RedisError> {
+        let legacy = match &call.legacy {
+            Some(legacy) if self.legacy_set.load(Ordering::Relaxed) => Some(legacy),
+            _ => None,
+        };
+        if let Some(legacy) = legacy {
+            return legacy.query_async(connection).await.map(|v| (v, true));
+        }
+        match call.cmd.query_async(connection).await {
+            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                let Some(script) = call.script else {
+                    return Err(err);
+                };
+                script.prepare_invoke().load_async(connection).await?;
+                call.cmd.query_async(connection).await.map(|v| (v, false))
+            }
+            Err(err) if is_syntax_error(&err) => {
+                let Some(legacy) = &call.legacy else {
+                    return Err(err);
+                };
+                tracing::debug!("SET NX GET refused (Redis < 7.0): using SET NX on this node");
+                self.legacy_set.store(true, Ordering::Relaxed);
+                legacy.query_async(connection).await.map(|v| (v, true))
+            }
+            answer => answer.map(|v| (v, false)),
+        }
+    }
+}
+
+/// `SET key token NX GET PX ttl_ms`. Unlike a bare `SET NX`, a key of another
+/// type under the lock name is reported (`WRONGTYPE`) instead of passing for
+/// another holder. Servers older than Redis 7.0 refuse `NX` with `GET`; for
+/// them the node falls back to `SET NX PX` from then on.
+fn set_nx(lock: &LockId, ttl_ms: u64) -> Call {
+    let set = |with_get: bool| {
+        let mut cmd = Cmd::with_capacity(7, 16 + lock.key.len() + lock.token.len());
+        cmd.arg("SET").arg(&*lock.key).arg(&*lock.token).arg("NX");
+        if with_get {
+            cmd.arg("GET");
+        }
+        cmd.arg("PX").arg(ttl_ms);
+        cmd
+    };
+    Call {
+        cmd: set(true),
+        script: None,
+        legacy: Some(set(false)),
+    }
+}
+
+/// A script's call.
+fn script(cmd: Cmd, script: &'static Script) -> Call {
+    Call {
+        cmd,
+        script: Some(script),
+        legacy: None,
     }
 }
 
@@ -511,23 +531,6 @@ async fn check(
         legacy_set.store(true, Ordering::Relaxed);
     }
     Ok(())
-}
-
-/// Runs `call` on `link`'s connection (connecting first if needed); a call
-/// that shows the connection broken marks it so.
-async fn on_link<T, F, Fut>(link: Arc<Link>, call: F) -> Result<T, NodeErrorKind>
-where
-    F: FnOnce(MultiplexedConnection) -> Fut,
-    Fut: Future<Output = Result<T, RedisError>>,
-{
-    let handle = link.connection().await?;
-    let answer = call(handle.connection.clone()).await;
-    if let Err(err) = &answer
-        && connection::is_broken(err)
-    {
-        link.broken(&handle);
-    }
-    answer.map_err(|err| NodeErrorKind::Redis(Arc::new(err)))
 }
 
 /// The release script's arguments for a waiter's entry (none for `Place::None`).
@@ -556,36 +559,10 @@ fn evalsha(script: &Script, keys: usize, args: usize) -> Cmd {
     cmd
 }
 
-/// Runs `cmd`, an [`evalsha`] of `script`; a node that does not know the
-/// script (`NOSCRIPT`: it restarted, or `SCRIPT FLUSH` ran) is given it
-/// (`SCRIPT LOAD`) and asked again, as the `redis` crate's invocation does.
-async fn invoke<T: FromRedisValue>(
-    connection: &mut MultiplexedConnection,
-    script: &Script,
-    cmd: &Cmd,
-) -> Result<T, RedisError> {
-    match cmd.query_async(connection).await {
-        Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            script.prepare_invoke().load_async(connection).await?;
-            cmd.query_async(connection).await
-        }
-        answer => answer,
-    }
-}
-
 /// Whether `err` is the syntax error with which a server older than Redis
 /// 7.0 refuses `SET NX GET`.
 fn is_syntax_error(err: &RedisError) -> bool {
     err.code() == Some("ERR") && err.detail().is_some_and(|detail| detail.contains("syntax"))
-}
-
-/// A script's 1 (yes) or 0 (no).
-fn yes_or_no(node: Arc<str>, reply: Value) -> Result<bool, NodeError> {
-    match reply {
-        Value::Int(1) => Ok(true),
-        Value::Int(0) => Ok(false),
-        other => Err(unexpected(node, &other)),
-    }
 }
 
 /// The error for a reply the protocol does not allow.

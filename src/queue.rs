@@ -154,23 +154,31 @@ const BUSY_SLOTS: usize = 64;
 /// form; the next first round corrects it.
 #[derive(Debug)]
 pub(crate) struct Busy {
-    hasher: RandomState,
+    /// This client's random start for the keys' hash.
+    seed: u64,
     slots: [AtomicU64; BUSY_SLOTS],
 }
 
 impl Busy {
     pub(crate) fn new() -> Self {
         Busy {
-            hasher: RandomState::new(),
+            seed: RandomState::new().hash_one(0_u64),
             slots: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
-    /// The slot of `key` and the mark it leaves there (never 0).
+    /// The slot of `key` and the mark it leaves there (never 0). The hash is
+    /// FNV-1a from a random start, not SipHash: it is computed twice per
+    /// `lock` call, and a key made to share a slot only costs a round its
+    /// cheaper form.
     fn slot(&self, key: &[u8]) -> (&AtomicU64, u64) {
-        let hash = self.hasher.hash_one(key) | 1;
+        const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+        const FNV_PRIME: u64 = 0x0100_0000_01b3;
+        let hash = key.iter().fold(FNV_OFFSET ^ self.seed, |hash, byte| {
+            (hash ^ u64::from(*byte)).wrapping_mul(FNV_PRIME)
+        }) | 1;
         // The remainder is below BUSY_SLOTS, so it fits any usize.
-        let index = usize::try_from(hash % BUSY_SLOTS as u64).unwrap_or(0);
+        let index = usize::try_from((hash >> 32) % BUSY_SLOTS as u64).unwrap_or(0);
         (&self.slots[index], hash)
     }
 

@@ -152,6 +152,22 @@ async fn fencing_off_sends_nothing_extra() {
         .unwrap();
     cycles(&fenced, "fenced-warm-up", 5).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
+    // Each node seeded its counter from its own clock: they start apart, and
+    // write-backs bring them together over the first acquisitions. From one
+    // value on, one client's acquisitions keep them together.
+    let counter = quorlock::RedlockBuilder::DEFAULT_FENCING_COUNTER_KEY.as_bytes();
+    let highest = (nodes.iter())
+        .filter_map(|node| node.get(counter))
+        .filter_map(|value| String::from_utf8(value).ok()?.parse::<u64>().ok())
+        .max()
+        .unwrap();
+    for node in &nodes {
+        redis::cmd("SET")
+            .arg(counter)
+            .arg(highest)
+            .query::<()>(&mut node.connection())
+            .unwrap();
+    }
     reset_stats(&nodes);
     cycles(&fenced, "fenced", 20).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -165,14 +181,15 @@ async fn fencing_off_sends_nothing_extra() {
     );
 }
 
-/// Nodes whose counters differ: the token is the highest, the nodes behind
-/// get the write-back (and only they), and the next holder's token is higher
-/// still, wherever its quorum falls.
+/// Nodes whose counters differ: the token is the highest of the deciding
+/// grants, only the nodes behind it get the write-back, and the next
+/// holder's token is higher still, also from a quorum without the node ahead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_behind_the_token_get_the_write_back() {
     let mut nodes = servers(3);
     let redlock = fenced(&nodes);
     cycles(&redlock, "warm-up", 3).await;
+    tokio::time::sleep(Duration::from_millis(300)).await; // stragglers
     let counter = quorlock::RedlockBuilder::DEFAULT_FENCING_COUNTER_KEY.as_bytes();
     let read = |node: &RedisServer| -> u64 {
         let value = node.get(counter).expect("a counter on every node");
@@ -192,16 +209,26 @@ async fn nodes_behind_the_token_get_the_write_back() {
         .await
         .unwrap();
     let token = guard.fencing_token().unwrap();
-    assert_eq!(token, ahead + 1, "the token is the highest counter");
-    for node in &nodes {
-        assert!(read(node) >= token, "every node holds the token now");
-    }
-    let scripts = command_calls(&nodes).get("evalsha").copied().unwrap_or(0);
-    assert_eq!(
-        scripts,
-        3 + 2,
-        "the acquire script on 3 nodes, a write-back on 2"
+    // The round ends at its quorum, so node 0's grant may not be in it: the
+    // token is the highest counter among the grants that decided it.
+    let at_token = || nodes.iter().filter(|node| read(node) >= token).count();
+    assert!(
+        at_token() >= 2,
+        "a quorum holds the token when the guard comes"
     );
+    tokio::time::sleep(Duration::from_millis(300)).await; // stragglers
+    let scripts = command_calls(&nodes).get("evalsha").copied().unwrap_or(0);
+    // With node 0's grant in the round, the nodes behind it that granted in
+    // time get a write-back (one or both); without it, nodes 1 and 2 returned
+    // the same counter and none is sent.
+    if token == ahead + 1 {
+        assert!(
+            (4..=5).contains(&scripts),
+            "a write-back where behind: {scripts}"
+        );
+    } else {
+        assert_eq!(scripts, 3, "nodes 1 and 2 agree: no write-back");
+    }
     guard.unlock().await.unwrap();
     // Node 0 (the one ahead) goes: the next quorum is nodes 1 and 2.
     nodes[0].kill();
