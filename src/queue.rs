@@ -177,8 +177,10 @@ impl Busy {
         let hash = key.iter().fold(FNV_OFFSET ^ self.seed, |hash, byte| {
             (hash ^ u64::from(*byte)).wrapping_mul(FNV_PRIME)
         }) | 1;
-        // The remainder is below BUSY_SLOTS, so it fits any usize.
-        let index = usize::try_from((hash >> 32) % BUSY_SLOTS as u64).unwrap_or(0);
+        // Fibonacci hashing spreads FNV's weak high bits over the slots; the
+        // remainder is below BUSY_SLOTS, so it fits any usize.
+        let spread = hash.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
+        let index = usize::try_from(spread % BUSY_SLOTS as u64).unwrap_or(0);
         (&self.slots[index], hash)
     }
 
@@ -240,6 +242,15 @@ mod tests {
         assert!(!busy.is_busy(other.as_bytes()));
         busy.note(b"a", false);
         assert!(!busy.is_busy(b"a"));
+    }
+
+    #[test]
+    fn keys_spread_over_the_busy_slots() {
+        let busy = Busy::new();
+        let used: std::collections::HashSet<*const AtomicU64> = (0..1_000u32)
+            .map(|n| busy.slot(format!("stock:item-{n}").as_bytes()).0 as *const _)
+            .collect();
+        assert!(used.len() >= 60, "1,000 keys in {} of 64 slots", used.len());
     }
 
     #[test]
