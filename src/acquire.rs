@@ -180,6 +180,9 @@ impl Acquisition<'_> {
             waiter,
         };
         in_flight.round.collect(Until::Decided).await;
+        if let Some(gates) = &gates {
+            gates.close();
+        }
         in_flight.decided_after = start.elapsed();
         let (elapsed, votes) = (in_flight.decided_after, in_flight.round.votes);
         tracing::debug!(

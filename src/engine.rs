@@ -38,7 +38,8 @@ pub(crate) enum To<'a> {
     /// being asked (they already did what the request asks: a fencing
     /// write-back to a node whose counter is the token); the others "no".
     Settled { ask: &'a NodeSet, done: &'a NodeSet },
-    /// Every node, each once its gate opens (a claim round: see `notify.rs`).
+    /// Every node, each once its gate opens (a claim round: see `notify.rs`);
+    /// a node whose gate opens after [`Gates::close`] is not asked.
     Gated(&'a Gates),
 }
 
@@ -134,9 +135,8 @@ impl Engine {
             ));
         }
         let prefix = &self.config.key_prefix;
-        let mut key = Vec::with_capacity(prefix.len() + resource.len());
-        key.extend_from_slice(prefix);
-        key.extend_from_slice(resource);
+        // Built in its `Arc` at once (one allocation, one copy).
+        let key: Arc<[u8]> = prefix.iter().chain(resource).copied().collect();
         if self
             .config
             .counter_key()
@@ -154,7 +154,7 @@ impl Engine {
                     .into(),
             );
         }
-        Ok(key.into())
+        Ok(key)
     }
 
     /// Sends `request` to the nodes `to` names, each call bounded; the
@@ -173,9 +173,17 @@ impl Engine {
             To::Settled { .. } => futures::future::ready(Answer::Refused(None)).boxed(),
             To::Gated(gates) => {
                 // A claim goes to each node once it told us (the call, and
-                // its timeout, start when polled).
+                // its timeout, start when polled), unless the round was
+                // decided before: then it is not sent, a "no".
                 let (gate, call) = (gates.node(index), node.send(request));
-                gate.then(|()| call).boxed()
+                gate.then(|open| {
+                    if open {
+                        call
+                    } else {
+                        futures::future::ready(Answer::Refused(None)).boxed()
+                    }
+                })
+                .boxed()
             }
         });
         let standings = request.is_vote().then_some(&self.standings);

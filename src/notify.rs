@@ -20,7 +20,7 @@
 //! listened costs one claim round, not a refresh interval.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -234,12 +234,15 @@ async fn listen_to_node(
 }
 
 /// When each call of a claim round goes: once its node told the waiter that
-/// it reserved the lock for it, or at `until`, whichever comes first.
+/// it reserved the lock for it, or at `until`, whichever comes first; and
+/// not at all once the round is decided ([`Gates::close`]).
 pub(crate) struct Gates {
     reserved: watch::Receiver<u64>,
     /// The nodes that told before the round (bit `i`: node `i`).
     notified: u64,
     until: std::time::Instant,
+    /// Set when the round is decided: a claim not sent by then is not sent.
+    closed: Arc<AtomicBool>,
 }
 
 impl Gates {
@@ -250,20 +253,30 @@ impl Gates {
             reserved: listening.watcher(),
             notified,
             until,
+            closed: Arc::default(),
         }
     }
 
-    /// Waits until node `index` told, or until `until`.
-    pub(crate) fn node(&self, index: usize) -> impl Future<Output = ()> + Send + 'static {
+    /// Waits until node `index` told, or until `until`; `true` if the call
+    /// may go then, `false` if the round was decided before.
+    pub(crate) fn node(&self, index: usize) -> impl Future<Output = bool> + Send + 'static {
         let bit = 1u64 << index.min(63);
         let told = self.notified & bit != 0;
         let (mut reserved, until) = (self.reserved.clone(), self.until);
+        let closed = self.closed.clone();
         async move {
-            if told {
-                return;
+            if !told {
+                let told = reserved.wait_for(|nodes| nodes & bit != 0);
+                let _ = tokio::time::timeout_at(until.into(), told).await;
             }
-            let told = reserved.wait_for(|nodes| nodes & bit != 0);
-            let _ = tokio::time::timeout_at(until.into(), told).await;
+            !closed.load(Ordering::Acquire)
         }
+    }
+
+    /// The round is decided: calls whose gate has not opened are not sent.
+    /// Sent later, a claim could reach its node after the release that
+    /// follows the round, and leave our key there until its TTL.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
     }
 }
