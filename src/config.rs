@@ -311,8 +311,11 @@ impl RedlockBuilder {
 
     /// Fencing tokens: each lock gets a number larger than every earlier
     /// holder's, from [`LockGuard::fencing_token`](crate::LockGuard::fencing_token).
-    /// Costs one more round trip per acquisition (the write-back); off by
-    /// default, and then no extra command is sent. Each node keeps one counter
+    /// Costs a script instead of `SET` on acquisition, and one more round
+    /// trip (the write-back) when the granting nodes' counters differ: when
+    /// several clients lock on the same nodes, or a node missed some
+    /// acquisitions; one client's counters stay together, and one node never
+    /// needs it. Off by default, and then no extra command is sent. Each node keeps one counter
     /// under [`DEFAULT_FENCING_COUNTER_KEY`](Self::DEFAULT_FENCING_COUNTER_KEY)
     /// (or [`fencing_counter_key`](Self::fencing_counter_key): the two
     /// options are independent, in any order).
