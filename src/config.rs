@@ -311,8 +311,8 @@ impl RedlockBuilder {
 
     /// Fencing tokens: each lock gets a number larger than every earlier
     /// holder's, from [`LockGuard::fencing_token`](crate::LockGuard::fencing_token).
-    /// Costs a script instead of `SET` on acquisition, and one more round
-    /// trip (the write-back) when the granting nodes' counters differ: when
+    /// Costs an `INCR` pipelined with each acquisition's `SET`, and one more
+    /// round trip (the write-back) when the granting nodes' counters differ: when
     /// several clients lock on the same nodes, or a node missed some
     /// acquisitions; one client's counters stay together, and one node never
     /// needs it. Off by default, and then no extra command is sent. Each node keeps one counter

@@ -197,11 +197,16 @@
 //! lower than the highest it has seen: a holder that paused past its lease and
 //! comes back is refused, which no lease alone can do (`examples/fenced_storage.rs`).
 //!
-//! **How.** Each node keeps one counter (not one per resource). When the
-//! acquire script sets the key, it increments the counter and returns it; a
-//! missing counter (a node restarted without persistence) is first seeded from
-//! the server's `TIME` in microseconds. The token `T` is the highest counter
-//! among the granting nodes. Before the guard is returned, every granting node
+//! **How.** Each node keeps one counter (not one per resource). The
+//! acquisition's `SET NX` goes with an `INCR` of the counter, pipelined in the
+//! same request (the queue script does both in one step); a refused `SET`
+//! increments it too, which is harmless, since counters need only grow. A
+//! counter the node lost (restarted without persistence: missing, so `INCR`
+//! gives 1, or small after a few refused rounds) is seeded from the server's
+//! `TIME` in microseconds before it makes a token: a grant whose counter is
+//! below 2^40 asks the seed script for `max(counter, TIME)` plus one, while
+//! our key is there. The token `T` is the highest counter among the granting
+//! nodes. Before the guard is returned, every granting node
 //! whose own counter was below `T` gets a write-back, `counter = max(counter,
 //! T)`, done only while the node's key still holds our lock token; a node whose
 //! grant returned `T` itself needs none (its script set our key and raised its
@@ -220,6 +225,12 @@
 //! grant or write-back (done while A's key was there) came first: `n`'s counter was
 //! already ≥ `T_A` when B's script incremented it. Hence the counter B got
 //! from `n` is > `T_A`, and `T_B`, a maximum that includes it, is > `T_A`.
+//!
+//! The `INCR` is not atomic with the `SET` before it: our key could leave
+//! node `n` between the two only by expiring, and a key that expires before
+//! the `INCR`'s reply leaves the round no validity (the drift bound of the
+//! lock itself), so a holder's counter on `n` was always taken while its key
+//! was there.
 //!
 //! **Assumptions.** The argument needs node `n` to keep its counter between
 //! A's write-back and B's acquisition. A node that restarts without

@@ -132,16 +132,23 @@ struct Shared {
     background: Background,
 }
 
-/// One exchange with a node: a command, and what to do when the node
-/// refuses it in one of the two ways that have a fallback.
-struct Call {
-    cmd: Cmd,
-    /// The script `cmd` runs (by `EVALSHA`): on `NOSCRIPT` it is loaded and
-    /// `cmd` sent again.
-    script: Option<&'static Script>,
-    /// For `SET NX GET`: the `SET NX` a server older than Redis 7.0 gets
-    /// instead (it refuses `NX` with `GET`), from then on.
-    legacy: Option<Cmd>,
+/// One exchange with a node.
+enum Call {
+    /// One command; `script` is the script it runs by `EVALSHA` (loaded,
+    /// and the command sent again, on `NOSCRIPT`).
+    Command {
+        cmd: Cmd,
+        script: Option<&'static Script>,
+    },
+    /// `SET key token NX GET PX ttl` (`SET NX PX` before Redis 7.0), and
+    /// with `counter_key` an `INCR` of the fencing counter right after it,
+    /// in the same request (see [`fenced`]). Built when sent, so that the
+    /// fallback costs nothing until a node needs it.
+    Acquire {
+        lock: LockId,
+        ttl_ms: u64,
+        counter_key: Option<Arc<[u8]>>,
+    },
 }
 
 /// How a node's reply to a [`Call`] reads as an [`Answer`].
@@ -149,7 +156,7 @@ struct Call {
 enum Reply {
     /// `SET NX GET` (nil: set) or `SET NX` (OK: set).
     SetNx,
-    /// The fenced acquire script: the counter when set, 0 when taken.
+    /// `SET NX GET` (or `SET NX`) and the counter's `INCR`, pipelined.
     Fenced,
     /// The queue script: `{1, counter}` (granted; `counter` only with
     /// fencing on) or `{0, ticket}` (queued).
@@ -172,10 +179,17 @@ impl Reply {
             (Reply::SetNx, Value::Okay) if legacy => Answer::Granted(None),
             (Reply::SetNx, Value::BulkString(_)) if !legacy => Answer::Refused(None),
             (Reply::SetNx, Value::Nil) => Answer::Refused(None),
-            (Reply::Fenced, Value::Int(0)) => Answer::Refused(None),
-            (Reply::Fenced, Value::Int(counter)) if counter > 0 => {
-                Answer::Granted(u64::try_from(counter).ok())
-            }
+            (Reply::Fenced, Value::Array(items)) => match (items.as_slice(), legacy) {
+                ([Value::Nil, Value::Int(counter)], false)
+                | ([Value::Okay, Value::Int(counter)], true)
+                    if *counter > 0 =>
+                {
+                    Answer::Granted(u64::try_from(*counter).ok())
+                }
+                ([Value::BulkString(_), Value::Int(_)], false)
+                | ([Value::Nil, Value::Int(_)], true) => Answer::Refused(None),
+                _ => return Err(Value::Array(items)),
+            },
             (Reply::Queued { fenced }, Value::Array(items)) => match items.as_slice() {
                 [Value::Int(1), _] if !fenced => Answer::Granted(None),
                 [Value::Int(1), Value::Int(counter)] if *counter > 0 => {
@@ -255,91 +269,7 @@ impl Node {
     /// box, not wrapped: a lock + unlock cycle used to copy four kilobytes of
     /// nested futures per node).
     pub(crate) fn send(&self, request: &Request) -> BoxFuture<'static, Answer> {
-        let (purpose, call, reply) = match request {
-            Request::Acquire {
-                lock,
-                ttl_ms,
-                counter_key: None,
-            } => (Purpose::Vote, set_nx(lock, *ttl_ms), Reply::SetNx),
-            Request::Acquire {
-                lock,
-                ttl_ms,
-                counter_key: Some(counter_key),
-            } => {
-                let mut cmd = evalsha(&scripts::ACQUIRE_FENCED, 2, 2);
-                cmd.arg(&*lock.key)
-                    .arg(&**counter_key)
-                    .arg(&*lock.token)
-                    .arg(*ttl_ms);
-                (
-                    Purpose::Vote,
-                    script(cmd, &scripts::ACQUIRE_FENCED),
-                    Reply::Fenced,
-                )
-            }
-            Request::Wait {
-                lock,
-                ttl_ms,
-                counter_key,
-                waiter,
-                ticket,
-            } => {
-                let keys = 1 + usize::from(counter_key.is_some());
-                let mut cmd = evalsha(&scripts::WAIT, keys, 5);
-                cmd.arg(&*lock.key);
-                if let Some(counter_key) = counter_key {
-                    cmd.arg(&**counter_key);
-                }
-                cmd.arg(&*lock.token)
-                    .arg(*ttl_ms)
-                    .arg(&**waiter)
-                    .arg(*ticket)
-                    .arg(queue::lifetime_ms());
-                let fenced = counter_key.is_some();
-                (
-                    Purpose::Vote,
-                    script(cmd, &scripts::WAIT),
-                    Reply::Queued { fenced },
-                )
-            }
-            Request::Extend { lock, ttl_ms } => {
-                let mut cmd = evalsha(&scripts::EXTEND, 1, 2);
-                cmd.arg(&*lock.key).arg(&*lock.token).arg(*ttl_ms);
-                (Purpose::Vote, script(cmd, &scripts::EXTEND), Reply::YesNo)
-            }
-            Request::WriteBack {
-                lock,
-                counter_key,
-                fencing_token,
-            } => {
-                let mut cmd = evalsha(&scripts::FENCE_WRITE_BACK, 2, 2);
-                cmd.arg(&*lock.key)
-                    .arg(&**counter_key)
-                    .arg(&*lock.token)
-                    .arg(*fencing_token);
-                (
-                    Purpose::Vote,
-                    script(cmd, &scripts::FENCE_WRITE_BACK),
-                    Reply::YesNo,
-                )
-            }
-            Request::Release { lock, place } => {
-                // Always sent: a node that was slow may still hold our key.
-                let mut cmd = evalsha(&scripts::RELEASE, 1, 4);
-                cmd.arg(&*lock.key).arg(&*lock.token);
-                place_args(&mut cmd, place);
-                (
-                    Purpose::Cleanup,
-                    script(cmd, &scripts::RELEASE),
-                    Reply::YesNo,
-                )
-            }
-            Request::Inspect { key } => {
-                let mut cmd = evalsha(&scripts::INSPECT, 1, 0);
-                cmd.arg(&**key);
-                (Purpose::Read, script(cmd, &scripts::INSPECT), Reply::Holds)
-            }
-        };
+        let (purpose, call, reply) = plan(request);
         Box::pin(self.call(purpose, call, reply))
     }
 
@@ -352,11 +282,7 @@ impl Node {
     ) -> impl Future<Output = Result<(), NodeError>> + Send + 'static {
         let mut cmd = redis::cmd("SADD");
         cmd.arg(&*record_key).arg(&*run_id);
-        let call = Call {
-            cmd,
-            script: None,
-            legacy: None,
-        };
+        let call = Call::Command { cmd, script: None };
         self.call(Purpose::Read, call, Reply::Any)
             .map(|answer| match answer {
                 Answer::Failed(err) => Err(err),
@@ -451,70 +377,231 @@ impl Shared {
         answer.map_err(|err| NodeErrorKind::Redis(Arc::new(err)))
     }
 
-    /// `call`'s command, and its fallback where the node refuses it: the
+    /// `call`'s request, and its fallback where the node refuses it: the
     /// script loaded on `NOSCRIPT` (a node that restarted, or ran `SCRIPT
-    /// FLUSH`), `SET NX` instead of `SET NX GET` before Redis 7.0.
+    /// FLUSH`), `SET NX` instead of `SET NX GET` before Redis 7.0; a fenced
+    /// grant whose counter the node had lost is seeded ([`seeded`]).
     async fn fallbacks(
         &self,
         connection: &mut MultiplexedConnection,
         call: &Call,
     ) -> Result<(Value, bool), RedisError> {
-        let legacy = match &call.legacy {
-            Some(legacy) if self.legacy_set.load(Ordering::Relaxed) => Some(legacy),
-            _ => None,
-        };
-        if let Some(legacy) = legacy {
-            return legacy.query_async(connection).await.map(|v| (v, true));
-        }
-        match call.cmd.query_async(connection).await {
-            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                let Some(script) = call.script else {
-                    return Err(err);
-                };
-                script.prepare_invoke().load_async(connection).await?;
-                call.cmd.query_async(connection).await.map(|v| (v, false))
+        let (lock, ttl_ms, counter_key) = match call {
+            Call::Command { cmd, script } => {
+                return run(connection, cmd, *script).await.map(|v| (v, false));
             }
-            Err(err) if is_syntax_error(&err) => {
-                let Some(legacy) = &call.legacy else {
-                    return Err(err);
-                };
+            Call::Acquire {
+                lock,
+                ttl_ms,
+                counter_key,
+            } => (lock, *ttl_ms, counter_key.as_deref()),
+        };
+        let mut legacy = self.legacy_set.load(Ordering::Relaxed);
+        let reply = match acquire(connection, lock, ttl_ms, counter_key, !legacy).await {
+            Err(err) if !legacy && is_syntax_error(&err) => {
                 tracing::debug!("SET NX GET refused (Redis < 7.0): using SET NX on this node");
                 self.legacy_set.store(true, Ordering::Relaxed);
-                legacy.query_async(connection).await.map(|v| (v, true))
+                legacy = true;
+                acquire(connection, lock, ttl_ms, counter_key, false).await
             }
-            answer => answer.map(|v| (v, false)),
+            reply => reply,
+        }?;
+        match counter_key {
+            Some(counter_key) => seeded(connection, lock, counter_key, reply, legacy).await,
+            None => Ok(reply),
+        }
+        .map(|reply| (reply, legacy))
+    }
+}
+
+/// What `request` sends, how long it may take, and how its reply reads.
+fn plan(request: &Request) -> (Purpose, Call, Reply) {
+    match request {
+        Request::Acquire {
+            lock,
+            ttl_ms,
+            counter_key,
+        } => {
+            let reply = match counter_key {
+                Some(_) => Reply::Fenced,
+                None => Reply::SetNx,
+            };
+            (
+                Purpose::Vote,
+                acquisition(lock, *ttl_ms, counter_key),
+                reply,
+            )
+        }
+        Request::Wait {
+            lock,
+            ttl_ms,
+            counter_key,
+            waiter,
+            ticket,
+        } => {
+            let fenced = counter_key.is_some();
+            let call = wait(lock, *ttl_ms, counter_key.as_deref(), waiter, *ticket);
+            (Purpose::Vote, call, Reply::Queued { fenced })
+        }
+        Request::Extend { lock, ttl_ms } => {
+            let mut cmd = evalsha(&scripts::EXTEND, 1, 2);
+            cmd.arg(&*lock.key).arg(&*lock.token).arg(*ttl_ms);
+            (Purpose::Vote, script(cmd, &scripts::EXTEND), Reply::YesNo)
+        }
+        Request::WriteBack {
+            lock,
+            counter_key,
+            fencing_token,
+        } => {
+            let call = write_back(lock, counter_key, *fencing_token);
+            (Purpose::Vote, call, Reply::YesNo)
+        }
+        // Always sent: a node that was slow may still hold our key.
+        Request::Release { lock, place } => (Purpose::Cleanup, release(lock, place), Reply::YesNo),
+        Request::Inspect { key } => {
+            let mut cmd = evalsha(&scripts::INSPECT, 1, 0);
+            cmd.arg(&**key);
+            (Purpose::Read, script(cmd, &scripts::INSPECT), Reply::Holds)
         }
     }
 }
 
-/// `SET key token NX GET PX ttl_ms`. Unlike a bare `SET NX`, a key of another
-/// type under the lock name is reported (`WRONGTYPE`) instead of passing for
-/// another holder. Servers older than Redis 7.0 refuse `NX` with `GET`; for
-/// them the node falls back to `SET NX PX` from then on.
-fn set_nx(lock: &LockId, ttl_ms: u64) -> Call {
-    let set = |with_get: bool| {
-        let mut cmd = Cmd::with_capacity(7, 16 + lock.key.len() + lock.token.len());
-        cmd.arg("SET").arg(&*lock.key).arg(&*lock.token).arg("NX");
-        if with_get {
-            cmd.arg("GET");
-        }
-        cmd.arg("PX").arg(ttl_ms);
-        cmd
-    };
-    Call {
-        cmd: set(true),
-        script: None,
-        legacy: Some(set(false)),
+/// The fencing write-back script's call.
+fn write_back(lock: &LockId, counter_key: &[u8], fencing_token: u64) -> Call {
+    let mut cmd = evalsha(&scripts::FENCE_WRITE_BACK, 2, 2);
+    cmd.arg(&*lock.key)
+        .arg(counter_key)
+        .arg(&*lock.token)
+        .arg(fencing_token);
+    script(cmd, &scripts::FENCE_WRITE_BACK)
+}
+
+/// The release script's call.
+fn release(lock: &LockId, place: &Place) -> Call {
+    let mut cmd = evalsha(&scripts::RELEASE, 1, 4);
+    cmd.arg(&*lock.key).arg(&*lock.token);
+    place_args(&mut cmd, place);
+    script(cmd, &scripts::RELEASE)
+}
+
+/// The call of a [`Request::Acquire`].
+fn acquisition(lock: &LockId, ttl_ms: u64, counter_key: &Option<Arc<[u8]>>) -> Call {
+    Call::Acquire {
+        lock: lock.clone(),
+        ttl_ms,
+        counter_key: counter_key.clone(),
     }
+}
+
+/// The queue script's call for a [`Request::Wait`].
+fn wait(lock: &LockId, ttl_ms: u64, counter_key: Option<&[u8]>, waiter: &str, ticket: u64) -> Call {
+    let keys = 1 + usize::from(counter_key.is_some());
+    let mut cmd = evalsha(&scripts::WAIT, keys, 5);
+    cmd.arg(&*lock.key);
+    if let Some(counter_key) = counter_key {
+        cmd.arg(counter_key);
+    }
+    cmd.arg(&*lock.token)
+        .arg(ttl_ms)
+        .arg(waiter)
+        .arg(ticket)
+        .arg(queue::lifetime_ms());
+    script(cmd, &scripts::WAIT)
 }
 
 /// A script's call.
 fn script(cmd: Cmd, script: &'static Script) -> Call {
-    Call {
+    Call::Command {
         cmd,
         script: Some(script),
-        legacy: None,
     }
+}
+
+/// Runs `cmd`; when it runs `script` (by `EVALSHA`) and the node does not
+/// know it (`NOSCRIPT`), loads it and runs `cmd` again.
+async fn run(
+    connection: &mut MultiplexedConnection,
+    cmd: &Cmd,
+    script: Option<&Script>,
+) -> Result<Value, RedisError> {
+    match (cmd.query_async(connection).await, script) {
+        (Err(err), Some(script)) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(connection).await?;
+            cmd.query_async(connection).await
+        }
+        (reply, _) => reply,
+    }
+}
+
+/// `SET key token NX GET PX ttl_ms` (`with_get`; else `SET NX PX`), and with
+/// `counter_key` the counter's `INCR` pipelined after it. Unlike a bare `SET
+/// NX`, `SET NX GET` reports a key of another type under the lock name
+/// (`WRONGTYPE`) instead of passing it for another holder; servers older
+/// than Redis 7.0 refuse `NX` with `GET`, and for them the node uses `SET
+/// NX PX` from then on.
+async fn acquire(
+    connection: &mut MultiplexedConnection,
+    lock: &LockId,
+    ttl_ms: u64,
+    counter_key: Option<&[u8]>,
+    with_get: bool,
+) -> Result<Value, RedisError> {
+    let mut set = Cmd::with_capacity(7, 16 + lock.key.len() + lock.token.len());
+    set.arg("SET").arg(&*lock.key).arg(&*lock.token).arg("NX");
+    if with_get {
+        set.arg("GET");
+    }
+    set.arg("PX").arg(ttl_ms);
+    let Some(counter_key) = counter_key else {
+        return set.query_async(connection).await;
+    };
+    let mut incr = Cmd::with_capacity(2, 4 + counter_key.len());
+    incr.arg("INCR").arg(counter_key);
+    let mut pipeline = redis::Pipeline::with_capacity(2);
+    pipeline.add_command(set).add_command(incr);
+    pipeline.query_async(connection).await
+}
+
+/// A fenced acquisition's reply, `[set, counter]`. A grant whose counter was
+/// lost on the node (below [`scripts::UNSEEDED_BELOW`]: the node restarted without
+/// persistence, and `INCR` started again from 1) is seeded: the seed script
+/// raises the counter to the server's clock in µs, while our key is still
+/// there, and its counter replaces the small one; without our key (0) the
+/// reply reads as refused.
+async fn seeded(
+    connection: &mut MultiplexedConnection,
+    lock: &LockId,
+    counter_key: &[u8],
+    reply: Value,
+    legacy: bool,
+) -> Result<Value, RedisError> {
+    let Value::Array(mut items) = reply else {
+        return Ok(reply);
+    };
+    let granted = match items.first() {
+        Some(Value::Nil) => !legacy,
+        Some(Value::Okay) => legacy,
+        _ => false,
+    };
+    let unseeded =
+        matches!(items.get(1), Some(Value::Int(counter)) if *counter < scripts::UNSEEDED_BELOW);
+    if !(granted && unseeded && items.len() == 2) {
+        return Ok(Value::Array(items));
+    }
+    let mut cmd = evalsha(&scripts::FENCE_SEED, 2, 1);
+    cmd.arg(&*lock.key).arg(counter_key).arg(&*lock.token);
+    match run(connection, &cmd, Some(&scripts::FENCE_SEED)).await? {
+        Value::Int(counter) if counter > 0 => items[1] = Value::Int(counter),
+        Value::Int(0) => {
+            items[0] = if legacy {
+                Value::Nil
+            } else {
+                Value::BulkString(Vec::new())
+            };
+        }
+        other => return Ok(other),
+    }
+    Ok(Value::Array(items))
 }
 
 /// Checks a new connection to node `index` (see `standing.rs`). Before

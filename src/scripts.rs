@@ -88,7 +88,8 @@ end
 /// queue's first live entry (or the queue is empty), or when it holds this
 /// waiter's reservation; a reservation for a waiter that is no longer first
 /// is void and passes to the first. Granted: `{1, counter}` (the incremented
-/// fencing counter, seeded from `TIME` when missing, or 0 without fencing),
+/// fencing counter, seeded from `TIME` when never seeded: missing, or below
+/// 2^40 after an `INCR` on a node that lost it; or 0 without fencing),
 /// and the waiter leaves the queue. Otherwise the waiter is put in the queue
 /// (or refreshed there) under its ticket: `{0, ticket}`. A key of another
 /// type fails with `WRONGTYPE`.
@@ -115,9 +116,10 @@ if (not value and (not first or first == waiter)) or value == reserved_prefix ..
         redis.call("hdel", ALIVE, waiter)
     end
     if KEYS[2] then
-        if redis.call("exists", KEYS[2]) == 0 then
-            local time = redis.call("time")
-            redis.call("set", KEYS[2], tonumber(time[1]) * 1000000 + tonumber(time[2]))
+        local time = redis.call("time")
+        local seed = tonumber(time[1]) * 1000000 + tonumber(time[2])
+        if tonumber(redis.call("get", KEYS[2]) or "0") < 1099511627776 then
+            redis.call("set", KEYS[2], seed)
         end
         return {1, redis.call("incr", KEYS[2])}
     end
@@ -196,21 +198,26 @@ if not value then
 end
 return {value, redis.call("pttl", KEYS[1])}"#;
 
-/// Fenced acquisition: like `SET KEYS[1] ARGV[1] NX PX ARGV[2]` (reporting a
-/// key of the wrong type), and when it sets the key, increments the node's
-/// fencing counter `KEYS[2]` and returns it. A missing counter (a node
-/// restarted without persistence) is first seeded from the server's `TIME` in
-/// microseconds, so that it does not restart from zero. Returns 0 when the
-/// key exists.
-pub(crate) static ACQUIRE_FENCED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(ACQUIRE_FENCED_CODE));
-const ACQUIRE_FENCED_CODE: &str = r#"if redis.call("get", KEYS[1]) then
+/// Below this, a fencing counter was never seeded from a server clock (in
+/// µs, about 2^50 today): the node lost it, and `INCR` restarted it from 1.
+/// The queue script uses the same bound.
+pub(crate) const UNSEEDED_BELOW: i64 = 1 << 40;
+
+/// Seeds a fencing counter the node lost: only while `KEYS[1]` holds our
+/// token `ARGV[1]`, raises the counter `KEYS[2]` to the server's `TIME` in
+/// microseconds (a node restarted without persistence must not count again
+/// from 1), then increments it and returns it. Returns 0 when our key is gone.
+/// The fenced acquisition itself is no script: `SET NX GET PX` and `INCR` of
+/// the counter, pipelined (see `node.rs`); this runs only after a grant whose
+/// `INCR` found the counter missing.
+pub(crate) static FENCE_SEED: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_SEED_CODE));
+const FENCE_SEED_CODE: &str = r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then
     return 0
 end
-redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2])
-if redis.call("exists", KEYS[2]) == 0 then
-    local now = redis.call("time")
-    redis.call("set", KEYS[2], tonumber(now[1]) * 1000000 + tonumber(now[2]))
+local now = redis.call("time")
+local seed = tonumber(now[1]) * 1000000 + tonumber(now[2])
+if tonumber(redis.call("get", KEYS[2]) or "0") < seed then
+    redis.call("set", KEYS[2], seed)
 end
 return redis.call("incr", KEYS[2])"#;
 
@@ -237,7 +244,7 @@ pub(crate) fn for_client(fencing: bool) -> &'static [&'static str] {
             WAIT_CODE,
             RELEASE_CODE,
             EXTEND_CODE,
-            ACQUIRE_FENCED_CODE,
+            FENCE_SEED_CODE,
             FENCE_WRITE_BACK_CODE,
         ]
     } else {
@@ -262,6 +269,12 @@ mod tests {
     fn the_scripts_publish_on_the_channel_the_client_listens_to() {
         let channel = format!("\"{}\" .. client", crate::notify::WAKE_CHANNEL_PREFIX);
         assert!(WAIT_CODE.contains(&channel) && RELEASE_CODE.contains(&channel));
+    }
+
+    #[test]
+    fn the_queue_script_seeds_counters_below_the_clients_bound() {
+        let bound = format!("< {}", UNSEEDED_BELOW);
+        assert!(WAIT_CODE.contains(&bound));
     }
 
     #[test]
