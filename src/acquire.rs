@@ -208,7 +208,7 @@ impl Acquisition<'_> {
     /// With fencing on, completes a won round: the fencing token `T` is the
     /// highest counter the granting nodes returned. A node whose counted
     /// grant returned `T` itself already holds a counter of at least `T`
-    /// beside our key (the script raised it while setting the key); every
+    /// beside our key (its `INCR` came right after our `SET`); every
     /// other granting node gets a write-back (`counter = max(counter, T)`,
     /// only while the node still holds our key). Succeeds with `Some(T)` if
     /// those two together make a quorum and validity is left; `Ok(None)` with

@@ -209,8 +209,8 @@
 //! nodes. Before the guard is returned, every granting node
 //! whose own counter was below `T` gets a write-back, `counter = max(counter,
 //! T)`, done only while the node's key still holds our lock token; a node whose
-//! grant returned `T` itself needs none (its script set our key and raised its
-//! counter to `T` in one step). Nodes that refuse the write-back leave the
+//! grant returned `T` itself needs none (its counter reached `T` by the `INCR`
+//! that followed our `SET`, while our key was there). Nodes that refuse the write-back leave the
 //! holding set; below a quorum the acquisition fails and is released. When a
 //! quorum of grants returned `T` already (one client's rounds reach all nodes
 //! in the same order, so their counters move together; one node always), no
