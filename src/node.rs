@@ -396,21 +396,38 @@ impl Shared {
                 counter_key,
             } => (lock, *ttl_ms, counter_key.as_deref()),
         };
-        let mut legacy = self.legacy_set.load(Ordering::Relaxed);
-        let reply = match acquire(connection, lock, ttl_ms, counter_key, !legacy).await {
+        match counter_key {
+            None => self.acquire(connection, lock, ttl_ms, None).await,
+            // Boxed: the pipeline and the seeding would make every node
+            // call's future (one type for all requests) a third larger.
+            Some(counter_key) => {
+                let fenced = self.acquire(connection, lock, ttl_ms, Some(counter_key));
+                let (reply, legacy) = Box::pin(fenced).await?;
+                let reply = Box::pin(seeded(connection, lock, counter_key, reply, legacy)).await?;
+                Ok((reply, legacy))
+            }
+        }
+    }
+
+    /// [`acquire`], with `SET NX GET` first unless this node refused it
+    /// before; its reply, and whether the legacy `SET NX` gave it.
+    async fn acquire(
+        &self,
+        connection: &mut MultiplexedConnection,
+        lock: &LockId,
+        ttl_ms: u64,
+        counter_key: Option<&[u8]>,
+    ) -> Result<(Value, bool), RedisError> {
+        let legacy = self.legacy_set.load(Ordering::Relaxed);
+        match acquire(connection, lock, ttl_ms, counter_key, !legacy).await {
             Err(err) if !legacy && is_syntax_error(&err) => {
                 tracing::debug!("SET NX GET refused (Redis < 7.0): using SET NX on this node");
                 self.legacy_set.store(true, Ordering::Relaxed);
-                legacy = true;
-                acquire(connection, lock, ttl_ms, counter_key, false).await
+                let reply = acquire(connection, lock, ttl_ms, counter_key, false).await;
+                reply.map(|reply| (reply, true))
             }
-            reply => reply,
-        }?;
-        match counter_key {
-            Some(counter_key) => seeded(connection, lock, counter_key, reply, legacy).await,
-            None => Ok(reply),
+            reply => reply.map(|reply| (reply, legacy)),
         }
-        .map(|reply| (reply, legacy))
     }
 }
 
@@ -552,14 +569,32 @@ async fn acquire(
         set.arg("GET");
     }
     set.arg("PX").arg(ttl_ms);
-    let Some(counter_key) = counter_key else {
-        return set.query_async(connection).await;
+    let request = match counter_key {
+        None => Sent::One(set),
+        Some(counter_key) => {
+            let mut incr = Cmd::with_capacity(2, 4 + counter_key.len());
+            incr.arg("INCR").arg(counter_key);
+            let mut pipeline = redis::Pipeline::with_capacity(2);
+            pipeline.add_command(set).add_command(incr);
+            Sent::Pipelined(pipeline)
+        }
     };
-    let mut incr = Cmd::with_capacity(2, 4 + counter_key.len());
-    incr.arg("INCR").arg(counter_key);
-    let mut pipeline = redis::Pipeline::with_capacity(2);
-    pipeline.add_command(set).add_command(incr);
-    pipeline.query_async(connection).await
+    request.query(connection).await
+}
+
+/// A command, or commands pipelined in one request.
+enum Sent {
+    One(Cmd),
+    Pipelined(redis::Pipeline),
+}
+
+impl Sent {
+    async fn query(&self, connection: &mut MultiplexedConnection) -> Result<Value, RedisError> {
+        match self {
+            Sent::One(cmd) => cmd.query_async(connection).await,
+            Sent::Pipelined(pipeline) => pipeline.query_async(connection).await,
+        }
+    }
 }
 
 /// A fenced acquisition's reply, `[set, counter]`. A grant whose counter was
