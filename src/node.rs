@@ -100,9 +100,9 @@ impl Drop for Probe {
     }
 }
 
-/// One node's place in its client's [`Standings`]. Each node has its own
-/// (`Arc`), so that calls to different nodes, cloning it, do not all count
-/// references on one shared cache line.
+/// One node's place in its client's [`Standings`], in the node's own
+/// [`Shared`] (a call clones that one `Arc`, not the `Standings` that all
+/// nodes share), and in the probe of a skipped node.
 #[derive(Debug)]
 struct Standing {
     standings: Arc<Standings>,
