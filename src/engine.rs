@@ -165,12 +165,10 @@ impl Engine {
             To::All => node.send(request),
             To::Only(nodes) if nodes.contains(index) => node.send(request),
             // Not asked: not part of the set, so a "no" from it.
-            To::Only(_) => futures::future::ready(Answer::Refused(None)).boxed(),
+            To::Only(_) => unasked(Answer::Refused(None)),
             To::Settled { ask, .. } if ask.contains(index) => node.send(request),
-            To::Settled { done, .. } if done.contains(index) => {
-                futures::future::ready(Answer::Granted(None)).boxed()
-            }
-            To::Settled { .. } => futures::future::ready(Answer::Refused(None)).boxed(),
+            To::Settled { done, .. } if done.contains(index) => unasked(Answer::Granted(None)),
+            To::Settled { .. } => unasked(Answer::Refused(None)),
             To::Gated(gates) => {
                 // A claim goes to each node once it told us (the call, and
                 // its timeout, start when polled), unless the round was
@@ -180,7 +178,7 @@ impl Engine {
                     if open {
                         call
                     } else {
-                        futures::future::ready(Answer::Refused(None)).boxed()
+                        unasked(Answer::Refused(None))
                     }
                 })
                 .boxed()
@@ -253,6 +251,11 @@ impl Engine {
         LockStatus::from_answers(answers, quorum::quorum(self.nodes.len()))
             .with_standing(not_counted)
     }
+}
+
+/// The answer of a node that is not asked, as a node call of the round.
+fn unasked(answer: Answer) -> futures::future::BoxFuture<'static, Answer> {
+    futures::future::ready(answer).boxed()
 }
 
 /// How the standings record a node's `run_id` on another node (see

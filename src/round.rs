@@ -256,27 +256,26 @@ impl Round {
 
     /// The highest fencing counter among the granting nodes whose grant counts.
     pub(crate) fn highest_counter(&self) -> Option<u64> {
-        self.answers
-            .iter()
-            .enumerate()
-            .filter(|(index, _)| !self.not_counted.iter().any(|(node, _)| node == index))
-            .filter_map(|(_, answer)| match answer {
-                Some(Answer::Granted(counter)) => *counter,
-                _ => None,
-            })
-            .max()
+        self.counters().map(|(_, counter)| counter).max()
     }
 
     /// The nodes whose counted grant returned fencing counter `counter`.
     pub(crate) fn counted_at(&self, counter: u64) -> NodeSet {
-        NodeSet(
-            (self.answers.iter().enumerate())
-                .map(|(index, answer)| {
-                    matches!(answer, Some(Answer::Granted(Some(c))) if *c == counter)
-                        && !self.not_counted.iter().any(|(node, _)| *node == index)
-                })
-                .collect(),
-        )
+        let mut at = vec![false; self.answers.len()];
+        for (index, _) in self.counters().filter(|(_, c)| *c == counter) {
+            at[index] = true;
+        }
+        NodeSet(at.into())
+    }
+
+    /// Each node whose grant counts and carries a fencing counter, with it.
+    fn counters(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        (self.answers.iter().enumerate())
+            .filter(|(index, _)| !self.not_counted.iter().any(|(node, _)| node == index))
+            .filter_map(|(index, answer)| match answer {
+                Some(Answer::Granted(Some(counter))) => Some((index, *counter)),
+                _ => None,
+            })
     }
 
     /// The tickets that the nodes which queued the waiter gave it: the

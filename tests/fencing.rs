@@ -190,14 +190,18 @@ async fn nodes_behind_the_token_get_the_write_back() {
         let value = node.get(counter).expect("a counter on every node");
         String::from_utf8(value).unwrap().parse().unwrap()
     };
-    // Node 0 runs ahead of the others by 1000.
-    let ahead = read(&nodes[0]) + 1000;
-    let mut connection = nodes[0].connection();
-    redis::cmd("SET")
-        .arg(counter)
-        .arg(ahead)
-        .query::<()>(&mut connection)
-        .unwrap();
+    // Nodes 1 and 2 agree (each node seeded its own counter from its clock,
+    // and the warm-up need not have brought them together); node 0 runs
+    // ahead of them by 1000.
+    let behind = nodes.iter().map(read).max().unwrap();
+    let ahead = behind + 1000;
+    for (node, value) in nodes.iter().zip([ahead, behind, behind]) {
+        redis::cmd("SET")
+            .arg(counter)
+            .arg(value)
+            .query::<()>(&mut node.connection())
+            .unwrap();
+    }
     reset_stats(&nodes);
     let guard = redlock
         .lock("fencing:behind", Duration::from_secs(5))
