@@ -82,7 +82,8 @@
 //! ## The algorithm
 //!
 //! One acquire round:
-//! 1. draw a token: a UUID v4 (122 random bits from the OS CSPRNG);
+//! 1. draw a token: `q` and a UUID v4 in hex (122 random bits from a CSPRNG
+//!    seeded by the OS);
 //! 2. note the start on the monotonic clock;
 //! 3. send `SET key token NX GET PX ttl` (the `GET` makes a key of the wrong
 //!    type an error instead of a holder; before Redis 7.0, `SET NX PX`), or

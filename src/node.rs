@@ -205,7 +205,7 @@ impl Reply {
             (Reply::Holds, Value::Array(items)) => match items.as_slice() {
                 // A foreign value need not be UTF-8; ours always is.
                 [Value::BulkString(token), Value::Int(pttl_ms)] => Answer::Holds {
-                    token: String::from_utf8_lossy(token).into_owned(),
+                    token: crate::request::unmarked(&String::from_utf8_lossy(token)).to_owned(),
                     pttl_ms: *pttl_ms,
                 },
                 _ => return Err(Value::Array(items)),

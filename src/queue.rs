@@ -33,6 +33,20 @@
 //!   as sorted sets do), so the nodes' heads agree once they hold the same
 //!   entries. A waiter whose join overlapped nobody's sorts after every
 //!   waiter already queued on a quorum: first come, first served.
+//! - The mark: while waiters are queued behind a quorlock holder on a node,
+//!   that node's value is the holder's token followed by `+`
+//!   ([`MARK`](crate::request::MARK)). A waiter's queue script marks the
+//!   holder when it queues or refreshes there, and a claim that leaves
+//!   others queued sets its token marked at once. So a release that finds
+//!   its token *unmarked* knows nobody waits there and deletes the key, the
+//!   plain compare-and-delete; a marked one hands the key on. Only values
+//!   of quorlock's form (`q` and 32 hex digits) are marked: a foreign
+//!   client compares its whole value and would no longer recognise its
+//!   lock. A holder that took the key without the queue script while
+//!   waiters were queued (a `SET NX` in the instant between a reservation's
+//!   expiry and the next refresh) is marked at the waiters' next refresh;
+//!   released before it, it deletes the key, and the waiters take it at
+//!   their refresh round, as after a foreign release.
 //! - Liveness: every entry expires [`WAITER_LIFETIME`] after its last
 //!   refresh; a waiting call refreshes it with a round every
 //!   [`REFRESH_INTERVAL`] at most (that round also repairs an entry a node
@@ -47,7 +61,11 @@
 //! each node holds at most one token at a time, exactly as with `SET NX`;
 //! a reservation is not a token (no token starts with `quorlock-next:`, and
 //! the extend and release scripts compare whole tokens), so it grants
-//! nothing to anyone until a claim turns it into a token. Acquisition still
+//! nothing to anyone until a claim turns it into a token. The mark changes
+//! no holder: a marked value `T+` is accepted only by the holder of `T`
+//! (no token contains a `+`, so no other token is `T+`), it is written only
+//! over a value `T` that is already there with its remaining TTL, and
+//! nobody is granted over it, marked or not. Acquisition still
 //! needs a quorum of nodes holding our token within the validity window,
 //! and two quorums intersect: two valid holders would need one node holding
 //! two tokens. Clients that know nothing of the queue (rslock, node-redlock,
@@ -92,9 +110,10 @@
 //! # Costs
 //!
 //! Uncontended, a lock is one `SET NX` per node to take and one script call
-//! to give back, as before; the release script settles "our key, no queue"
-//! with one `EXISTS` more than a plain compare-and-delete, before any of the
-//! queue's Lua is defined. A waiter costs its first round, one to join, one
+//! to give back, as before; the release script settles "our key, nobody
+//! waits" (our token unmarked) with the commands of a plain
+//! compare-and-delete, `GET` and `DEL`, before any of the queue's Lua is
+//! defined. A waiter costs its first round, one to join, one
 //! to claim, and a refresh round per [`REFRESH_INTERVAL`] of waiting; its
 //! pub/sub notifications come on one shared connection per node and client.
 //! A client remembers which keys its last `lock` call found taken
@@ -122,7 +141,7 @@ pub(crate) const REFRESH_INTERVAL: Duration = Duration::from_millis(250);
 pub(crate) const CLAIM_GRACE: Duration = Duration::from_millis(5);
 
 /// What a lock key holds when a release handed it on to a waiter: this,
-/// then the waiter's id (never a token: tokens are 32 hex digits).
+/// then the waiter's id (never a token: tokens are `q` and 32 hex digits).
 pub(crate) const RESERVED_PREFIX: &str = "quorlock-next:";
 
 /// The suffix of the queue's key next to a lock key.

@@ -28,16 +28,38 @@ impl LockId {
     }
 }
 
-/// A fresh random token: a UUID v4 in lowercase hex (122 random bits). The
-/// bits come from `rand`'s thread-local generator (ChaCha12, seeded from the
-/// OS and reseeded as it goes, a cryptographically secure generator), not
-/// from a `getrandom` system call per token, which cost about 5 % of the CPU
-/// of an uncontended lock + unlock at one node.
+/// A fresh random token: `q` and a UUID v4 in lowercase hex (122 random
+/// bits), 33 characters. The bits come from `rand`'s thread-local generator
+/// (ChaCha12, seeded from the OS and reseeded as it goes, a cryptographically
+/// secure generator), not from a `getrandom` system call per token, which
+/// cost about 5 % of the CPU of an uncontended lock + unlock at one node.
+///
+/// The `q` tells the queue script a quorlock holder from a foreign one
+/// (rslock's 20 random bytes, node-redlock's 32 hex digits, redsync's 24
+/// base64 characters): only a quorlock holder accepts its value [marked]
+/// (see [`MARK`]), so only its value is marked.
 pub(crate) fn new_token() -> Arc<str> {
     let bytes: [u8; 16] = rand::random();
-    let mut text = uuid::Uuid::encode_buffer();
+    let mut text = [0; 1 + uuid::fmt::Simple::LENGTH];
+    text[0] = b'q';
     let uuid = uuid::Builder::from_random_bytes(bytes).into_uuid();
-    Arc::from(&*uuid.simple().encode_lower(&mut text))
+    uuid.simple().encode_lower(&mut text[1..]);
+    Arc::from(std::str::from_utf8(&text).expect("a q and hex digits are ASCII"))
+}
+
+/// What a node appends to a quorlock holder's token while waiters are queued
+/// behind it there (the queue script marks it, see `queue.rs`): the release
+/// of an unmarked token is a plain compare-and-delete, with no look at the
+/// queue. The extend, release and fencing scripts accept our token with or
+/// without it; a status reads the token without it ([`unmarked`]).
+pub(crate) const MARK: char = '+';
+
+/// A node's value for a lock key, without the waiters' [`MARK`].
+pub(crate) fn unmarked(value: &str) -> &str {
+    match value.strip_suffix(MARK) {
+        Some(token) if token.len() == 33 && token.starts_with('q') => token,
+        _ => value,
+    }
 }
 
 /// What a round asks each node.
@@ -119,18 +141,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tokens_are_distinct_uuid_v4_in_lowercase_hex() {
+    fn tokens_are_distinct_uuid_v4_in_lowercase_hex_after_a_q() {
         let tokens: std::collections::HashSet<Arc<str>> = (0..1000).map(|_| new_token()).collect();
         assert_eq!(tokens.len(), 1000, "no two tokens alike");
         for token in &tokens {
-            assert_eq!(token.len(), 32);
+            assert_eq!(token.len(), 33, "{token}");
+            let hex = token.strip_prefix('q').expect("a q first");
             assert!(
-                token
-                    .bytes()
+                hex.bytes()
                     .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
             );
-            let uuid = uuid::Uuid::parse_str(token).expect("a UUID");
+            let uuid = uuid::Uuid::parse_str(hex).expect("a UUID");
             assert_eq!(uuid.get_version_num(), 4, "{token}");
         }
+    }
+
+    #[test]
+    fn only_a_quorlock_token_loses_its_mark() {
+        let token = new_token();
+        assert_eq!(unmarked(&format!("{token}{MARK}")), &*token);
+        assert_eq!(unmarked(&token), &*token);
+        // Foreign values, and a reservation, are shown as they are.
+        let foreign = "0123456789abcdef0123456789abcdef+";
+        assert_eq!(unmarked(foreign), foreign);
+        assert_eq!(unmarked("quorlock-next:w.1+"), "quorlock-next:w.1+");
     }
 }

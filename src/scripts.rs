@@ -16,6 +16,9 @@ use redis::Script;
 macro_rules! queue_lua {
     () => {
         r#"local reserved_prefix = "quorlock-next:"
+local function markable(value)
+    return value and #value == 33 and string.find(value, "^q%x+$") ~= nil
+end
 local QUEUE = KEYS[1] .. ":quorlock-queue"
 local ALIVE = KEYS[1] .. ":quorlock-alive"
 local clock = nil
@@ -90,9 +93,11 @@ end
 /// is void and passes to the first. Granted: `{1, counter}` (the incremented
 /// fencing counter, seeded from `TIME` when never seeded: missing, or below
 /// 2^40 after an `INCR` on a node that lost it; or 0 without fencing),
-/// and the waiter leaves the queue. Otherwise the waiter is put in the queue
-/// (or refreshed there) under its ticket: `{0, ticket}`. A key of another
-/// type fails with `WRONGTYPE`.
+/// and the waiter leaves the queue; the token is set marked (`+`) when
+/// others are still queued. Otherwise the waiter is put in the queue (or
+/// refreshed there) under its ticket: `{0, ticket}`, and a quorlock holder's
+/// unmarked token is marked, keeping its TTL. A key of another type fails
+/// with `WRONGTYPE`.
 pub(crate) static WAIT: LazyLock<Script> = LazyLock::new(|| Script::new(WAIT_CODE));
 const WAIT_CODE: &str = concat!(
     queue_lua!(),
@@ -110,11 +115,15 @@ if value and string.sub(value, 1, #reserved_prefix) == reserved_prefix
     end
 end
 if (not value and (not first or first == waiter)) or value == reserved_prefix .. waiter then
-    redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2])
+    local token = ARGV[1]
     if first then
         redis.call("zrem", QUEUE, waiter)
         redis.call("hdel", ALIVE, waiter)
+        if redis.call("exists", QUEUE) == 1 then
+            token = token .. "+"
+        end
     end
+    redis.call("set", KEYS[1], token, "PX", ARGV[2])
     if KEYS[2] then
         local time = redis.call("time")
         local seed = tonumber(time[1]) * 1000000 + tonumber(time[2])
@@ -124,6 +133,12 @@ if (not value and (not first or first == waiter)) or value == reserved_prefix ..
         return {1, redis.call("incr", KEYS[2])}
     end
     return {1, 0}
+end
+if markable(value) then
+    local pttl = redis.call("pttl", KEYS[1])
+    if pttl > 0 then
+        redis.call("set", KEYS[1], value .. "+", "PX", pttl)
+    end
 end
 return {0, enqueue(QUEUE, ALIVE, waiter, tonumber(ARGV[4]), tonumber(ARGV[5]))}"#
 );
@@ -142,24 +157,25 @@ return {0, enqueue(QUEUE, ALIVE, waiter, tonumber(ARGV[4]), tonumber(ARGV[5]))}"
 /// waiter from the queue and also hands on a reservation made for it.
 /// `ARGV[4]`: the waiter lifetime in ms.
 ///
-/// The release of a held lock with nobody waiting (no queue) is settled
-/// before the shared Lua is even defined: it costs what a plain
-/// compare-and-delete costs, plus one `EXISTS`.
+/// The key may hold our token marked (`ARGV[1]` and `+`: waiters are queued
+/// behind us, see `queue.rs`); the release of our unmarked token (nobody
+/// waits) is settled before the shared Lua is even defined: it costs what a
+/// plain compare-and-delete costs.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_CODE));
 const RELEASE_CODE: &str = concat!(
     r#"local value = redis.call("get", KEYS[1])
 if not ARGV[2] then
-    if value ~= ARGV[1] then
-        return 0
-    end
-    if redis.call("exists", KEYS[1] .. ":quorlock-queue") == 0 then
+    if value == ARGV[1] then
         redis.call("del", KEYS[1])
         return 1
+    end
+    if value ~= ARGV[1] .. "+" then
+        return 0
     end
 end
 "#,
     queue_lua!(),
-    r#"local ours = value == ARGV[1]
+    r#"local ours = value == ARGV[1] or value == ARGV[1] .. "+"
 local waiter = ARGV[2]
 if waiter then
     local ticket = tonumber(ARGV[3])
@@ -171,19 +187,22 @@ if waiter then
         enqueue(QUEUE, ALIVE, waiter, ticket, tonumber(ARGV[4]))
     end
 end
+local held = value == ARGV[1] or value == ARGV[1] .. "+"
 if ours then
     hand_on(KEYS[1], QUEUE, ALIVE)
 end
-if value == ARGV[1] then
+if held then
     return 1
 end
 return 0"#
 );
 
 /// Resets the TTL of `KEYS[1]` to `ARGV[2]` milliseconds only while it holds our
-/// token `ARGV[1]`. Returns 1 when extended, 0 otherwise. It never deletes.
+/// token `ARGV[1]` (marked or not, as all scripts here take it: see
+/// [`RELEASE`]). Returns 1 when extended, 0 otherwise. It never deletes.
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_CODE));
-const EXTEND_CODE: &str = r#"if redis.call("get", KEYS[1]) == ARGV[1] then
+const EXTEND_CODE: &str = r#"local value = redis.call("get", KEYS[1])
+if value == ARGV[1] or value == ARGV[1] .. "+" then
     return redis.call("pexpire", KEYS[1], ARGV[2])
 else
     return 0
@@ -211,7 +230,8 @@ pub(crate) const UNSEEDED_BELOW: i64 = 1 << 40;
 /// the counter, pipelined (see `node.rs`); this runs only after a grant whose
 /// `INCR` found the counter missing.
 pub(crate) static FENCE_SEED: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_SEED_CODE));
-const FENCE_SEED_CODE: &str = r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then
+const FENCE_SEED_CODE: &str = r#"local value = redis.call("get", KEYS[1])
+if value ~= ARGV[1] and value ~= ARGV[1] .. "+" then
     return 0
 end
 local now = redis.call("time")
@@ -227,7 +247,8 @@ return redis.call("incr", KEYS[2])"#;
 /// 0 otherwise.
 pub(crate) static FENCE_WRITE_BACK: LazyLock<Script> =
     LazyLock::new(|| Script::new(FENCE_WRITE_BACK_CODE));
-const FENCE_WRITE_BACK_CODE: &str = r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then
+const FENCE_WRITE_BACK_CODE: &str = r#"local value = redis.call("get", KEYS[1])
+if value ~= ARGV[1] and value ~= ARGV[1] .. "+" then
     return 0
 end
 local counter = tonumber(redis.call("get", KEYS[2]) or "0")

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use quorlock::Redlock;
-use support::{RedisServer, builder, eventually, servers};
+use support::{RedisServer, builder, eventually, holders, servers};
 
 const TTL: Duration = Duration::from_secs(10);
 /// Generous: these bound hangs, not speed.
@@ -381,6 +381,10 @@ async fn a_client_without_the_queue_still_excludes_and_is_excluded() {
     });
     wait_queued(&nodes, &[0, 1, 2], &quorlock, resource, 1).await;
     assert!(!waiting.is_finished(), "quorlock got a key rslock holds");
+    assert!(
+        (nodes.iter()).all(|node| node.get(resource.as_bytes()).as_deref() == Some(&held.val[..])),
+        "a waiter left the foreign holder's value as it was"
+    );
     foreign.unlock(&held).await;
     let guard = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await
@@ -424,4 +428,88 @@ async fn a_client_without_the_queue_still_excludes_and_is_excluded() {
         .await
         .expect("rslock takes the free key");
     foreign.unlock(&again).await;
+}
+
+/// Every node's value for `key`, as text (`-` where a node has none).
+fn values(nodes: &[RedisServer], key: &[u8]) -> Vec<String> {
+    holders(nodes, key)
+        .into_iter()
+        .map(|value| value.map_or("-".into(), |v| String::from_utf8_lossy(&v).into_owned()))
+        .collect()
+}
+
+/// The value at least two of three nodes hold, if any.
+fn held_by_two(values: &[String]) -> Option<&String> {
+    let two = |v: &&String| v.as_str() != "-" && values.iter().filter(|w| w == v).count() >= 2;
+    values.iter().find(two)
+}
+
+/// While waiters are queued behind a holder, each node marks the holder's
+/// value (its token and `+`), so that a release with nobody waiting is a
+/// plain compare-and-delete and one with waiters hands the key on. The mark
+/// comes with the first waiter, the holder extends and releases through it,
+/// a waiter granted while others still wait is marked at once, and the last
+/// one, with nobody behind it, is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_with_waiters_is_marked_and_hands_on() {
+    let nodes = servers(3);
+    let clients: Vec<Redlock> = (0..3).map(|_| patient_client(&nodes)).collect();
+    let resource = "marked:stock";
+    let key = clients[0].key(resource).unwrap();
+    let mut held = clients[0].lock(resource, TTL).await.unwrap();
+    let first = values(&nodes, &key);
+    assert!(
+        first
+            .iter()
+            .all(|v| v == &first[0] && v.len() == 33 && v.starts_with('q')),
+        "one unmarked token on every node: {first:?}"
+    );
+
+    let mut waiting = Vec::new();
+    for (index, client) in clients.iter().enumerate().skip(1) {
+        let client = client.clone();
+        waiting.push(tokio::spawn(
+            async move { client.lock(resource, TTL).await },
+        ));
+        wait_queued(&nodes, &[0, 1, 2], &clients[0], resource, index as i64).await;
+    }
+    let marked: Vec<String> = first.iter().map(|v| format!("{v}+")).collect();
+    assert_eq!(
+        values(&nodes, &key),
+        marked,
+        "the waiters marked the holder"
+    );
+    held.extend(TTL).await.expect("a marked holder extends");
+    assert_eq!(values(&nodes, &key), marked, "extending keeps the mark");
+    held.unlock().await.expect("a marked holder releases");
+
+    let mut waiting = waiting.into_iter();
+    let second = tokio::time::timeout(Duration::from_secs(5), waiting.next().unwrap())
+        .await
+        .expect("the first waiter got the key handed on")
+        .unwrap()
+        .unwrap();
+    // The claim round won at a quorum; a claim to the other node is not
+    // sent once the round is decided, and that node's reservation may pass
+    // on to the next waiter: look at the value a quorum holds.
+    let now = values(&nodes, &key);
+    let second_value = held_by_two(&now);
+    assert!(
+        second_value.is_some_and(|v| v.len() == 34 && v.ends_with('+') && !marked.contains(v)),
+        "granted with a waiter behind it: marked at once: {now:?}"
+    );
+    second.unlock().await.unwrap();
+    let third = tokio::time::timeout(Duration::from_secs(5), waiting.next().unwrap())
+        .await
+        .expect("the second waiter got the key handed on")
+        .unwrap()
+        .unwrap();
+    let last = values(&nodes, &key);
+    assert!(
+        held_by_two(&last).is_some_and(|v| v.len() == 33 && second_value != Some(v)),
+        "nobody behind the last waiter: unmarked: {last:?}"
+    );
+    assert_eq!(queued(&nodes, &clients[0], resource), vec![0, 0, 0]);
+    third.unlock().await.unwrap();
+    assert_eq!(values(&nodes, &key), vec!["-"; 3], "nothing left behind");
 }
