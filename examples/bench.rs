@@ -286,37 +286,59 @@ async fn latency(
 }
 
 /// Workload 2: 64 tasks, each lock + unlock of its own resources.
+/// How many slices each client's throughput window is cut into; the clients
+/// take turns slice by slice (q, r, f, q, r, f, ...), so that the machine
+/// speeding up or slowing down during a run (here by 10 % and more within
+/// seconds) weighs on every client alike instead of on whichever ran then.
+const THROUGHPUT_SLICES: u32 = 6;
+
+/// The throughput of each client, put under its workload's name: `duration`
+/// each, in [`THROUGHPUT_SLICES`] turns.
 async fn throughput(
     table: &mut Table,
-    clients: &[Client],
+    clients: &[(&Client, &str)],
     nodes: usize,
     duration: Duration,
-    workload: &str,
 ) {
-    for client in clients {
-        let cycles = Arc::new(AtomicU64::new(0));
-        let stop = Instant::now() + duration;
-        let tasks: Vec<_> = (0..64)
-            .map(|task| {
-                let (client, cycles) = (client.clone(), cycles.clone());
-                tokio::spawn(async move {
-                    let mut n = 0u64;
-                    while Instant::now() < stop {
-                        let resource = format!("bench:throughput:{task}:{n}");
-                        if let Some(held) = client.lock(&resource).await {
-                            client.unlock(held).await;
-                            cycles.fetch_add(1, Ordering::Relaxed);
-                        }
-                        n += 1;
-                    }
-                })
-            })
-            .collect();
-        let started = Instant::now();
-        join_all(tasks).await;
-        let rate = cycles.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+    let slice = duration / THROUGHPUT_SLICES;
+    let mut totals = vec![(0u64, Duration::ZERO); clients.len()];
+    for round in 0..THROUGHPUT_SLICES {
+        for ((client, _), total) in clients.iter().zip(&mut totals) {
+            let (cycles, elapsed) = throughput_slice(client, slice, round).await;
+            total.0 += cycles;
+            total.1 += elapsed;
+        }
+    }
+    for ((client, workload), (cycles, elapsed)) in clients.iter().zip(totals) {
+        let rate = cycles as f64 / elapsed.as_secs_f64();
         table.put(workload, nodes, "cycles/s", client.name(), rate);
     }
+}
+
+/// 64 tasks locking and unlocking resources of their own for `slice`: the
+/// cycles done and the time they took.
+async fn throughput_slice(client: &Client, slice: Duration, round: u32) -> (u64, Duration) {
+    let cycles = Arc::new(AtomicU64::new(0));
+    let stop = Instant::now() + slice;
+    let tasks: Vec<_> = (0..64)
+        .map(|task| {
+            let (client, cycles) = (client.clone(), cycles.clone());
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while Instant::now() < stop {
+                    let resource = format!("bench:throughput:{round}:{task}:{n}");
+                    if let Some(held) = client.lock(&resource).await {
+                        client.unlock(held).await;
+                        cycles.fetch_add(1, Ordering::Relaxed);
+                    }
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    join_all(tasks).await;
+    (cycles.load(Ordering::Relaxed), started.elapsed())
 }
 
 /// Commands run on the nodes so far (`INFO commandstats`, without INFO itself).
@@ -660,7 +682,8 @@ async fn profile(args: &[String], urls: &[String]) -> Result<(), AnyError> {
     let chosen: Vec<Client> = set.into_iter().filter(|c| c.name() == name).collect();
     let mut table = Table::default();
     let window = Duration::from_secs_f64(seconds);
-    throughput(&mut table, &chosen, nodes, window, "throughput").await;
+    let chosen: Vec<(&Client, &str)> = chosen.iter().map(|c| (c, "throughput")).collect();
+    throughput(&mut table, &chosen, nodes, window).await;
     print(&table, "", &mut std::io::sink())?;
     Ok(())
 }
@@ -841,8 +864,11 @@ async fn run(quick: bool, urls: &[String], json_path: &str, layout: &str) -> Res
             table.put("latency, fenced", nodes, "p50 µs", "floor", floor);
         }
         eprintln!("N = {nodes}: throughput");
-        throughput(&mut table, &set, nodes, window, "throughput").await;
-        throughput(&mut table, &fenced, nodes, window, "throughput, fenced").await;
+        // Fenced beside unfenced, in turns with the others.
+        let both = (set.iter().map(|c| (c, "throughput")))
+            .chain(fenced.iter().map(|c| (c, "throughput, fenced")))
+            .collect::<Vec<_>>();
+        throughput(&mut table, &both, nodes, window).await;
         eprintln!("N = {nodes}: allocations, requests");
         let alloc_cycles = cycles.min(1000);
         allocations(&mut table, &set, nodes, alloc_cycles, "uncontended").await;
