@@ -708,9 +708,28 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
+/// The median over runs of `a`'s value over `b`'s in the same run (the
+/// values are in file order, one per run); `None` unless both have the same
+/// runs. With the throughput taken in turns, this is the ratio least moved
+/// by the machine's speed drifting between runs.
+fn run_ratio(values: &BTreeMap<&'static str, Vec<f64>>, a: &str, b: &str) -> Option<f64> {
+    let (a, b) = (values.get(a)?, values.get(b)?);
+    if a.len() != b.len() || a.is_empty() {
+        return None;
+    }
+    let mut ratios: Vec<f64> = a
+        .iter()
+        .zip(b)
+        .filter(|(_, b)| **b != 0.0)
+        .map(|(a, b)| a / b)
+        .collect();
+    (ratios.len() == a.len()).then(|| median(&mut ratios))
+}
+
 /// `--summarize [--json OUT] FILE...`: the medians of several runs' JSON
 /// lines (by layout, workload, N and metric), each with its spread (max -
-/// min, as a percentage of the median), and the ratios of the medians.
+/// min, as a percentage of the median), the ratios of the medians, and the
+/// median of each run's own ratio ([`run_ratio`]).
 fn summarize(files: &[String], json_path: Option<&str>) -> Result<(), AnyError> {
     type Key = (String, String, usize, String);
     let mut order: Vec<Key> = Vec::new();
@@ -744,10 +763,22 @@ fn summarize(files: &[String], json_path: Option<&str>) -> Result<(), AnyError> 
     for key in &order {
         let (layout, workload, nodes, metric) = key;
         if layout_shown != Some(layout) {
-            println!("\n== layout: {layout} (median of the runs; spread = (max - min) / median)");
+            println!("\n== layout: {layout} (median of the runs; spread = (max - min) / median;");
             println!(
-                "{:<20} {:>2} {:<15} {:>18} {:>18} {:>18} {:>7} {:>8}",
-                "workload", "N", "metric", "quorlock", "rslock", "floor", "q/floor", "q/rslock"
+                "   q/floor, q/rslock: of the medians; in runs: the median of each run's own ratio)"
+            );
+            println!(
+                "{:<20} {:>2} {:<15} {:>18} {:>18} {:>18} {:>7} {:>8} {:>7} {:>8}",
+                "workload",
+                "N",
+                "metric",
+                "quorlock",
+                "rslock",
+                "floor",
+                "q/floor",
+                "q/rslock",
+                "in runs",
+                "in runs"
             );
             layout_shown = Some(layout);
         }
@@ -781,14 +812,23 @@ fn summarize(files: &[String], json_path: Option<&str>) -> Result<(), AnyError> 
             (Some(a), Some(b)) if *b != 0.0 => format!("{:.2}", a / b),
             _ => "-".into(),
         };
+        let in_runs = |b: &str| run_ratio(&runs[key], "quorlock", b);
+        let show = |r: Option<f64>| r.map_or("-".into(), |r| format!("{r:.2}"));
         println!(
-            "{workload:<20} {nodes:>2} {metric:<15} {:>18} {:>18} {:>18} {:>7} {:>8}",
+            "{workload:<20} {nodes:>2} {metric:<15} {:>18} {:>18} {:>18} {:>7} {:>8} {:>7} {:>8}",
             cells[0],
             cells[1],
             cells[2],
             ratio("quorlock", "floor"),
-            ratio("quorlock", "rslock")
+            ratio("quorlock", "rslock"),
+            show(in_runs("floor")),
+            show(in_runs("rslock")),
         );
+        for (b, r) in [("floor", in_runs("floor")), ("rslock", in_runs("rslock"))] {
+            if let Some(r) = r {
+                fields.push(format!("\"quorlock_{b}_in_runs\":{r:.3}"));
+            }
+        }
         writeln!(
             json,
             "{{\"layout\":\"{layout}\",\"workload\":\"{workload}\",\"nodes\":{nodes},\"metric\":\"{metric}\",{}}}",
