@@ -36,16 +36,19 @@ impl LockId {
 ///
 /// The `q` tells the queue script a quorlock holder from a foreign one
 /// (rslock's 20 random bytes, node-redlock's 32 hex digits, redsync's 24
-/// base64 characters): only a quorlock holder accepts its value [marked]
+/// base64 characters): only a quorlock holder accepts its value marked
 /// (see [`MARK`]), so only its value is marked.
 pub(crate) fn new_token() -> Arc<str> {
     let bytes: [u8; 16] = rand::random();
-    let mut text = [0; 1 + uuid::fmt::Simple::LENGTH];
+    let mut text = [0; TOKEN_LEN];
     text[0] = b'q';
     let uuid = uuid::Builder::from_random_bytes(bytes).into_uuid();
     uuid.simple().encode_lower(&mut text[1..]);
     Arc::from(std::str::from_utf8(&text).expect("a q and hex digits are ASCII"))
 }
+
+/// The length of a token: `q` and 32 hex digits.
+pub(crate) const TOKEN_LEN: usize = 1 + uuid::fmt::Simple::LENGTH;
 
 /// What a node appends to a quorlock holder's token while waiters are queued
 /// behind it there (the queue script marks it, see `queue.rs`): the release
@@ -57,7 +60,7 @@ pub(crate) const MARK: char = '+';
 /// A node's value for a lock key, without the waiters' [`MARK`].
 pub(crate) fn unmarked(value: &str) -> &str {
     match value.strip_suffix(MARK) {
-        Some(token) if token.len() == 33 && token.starts_with('q') => token,
+        Some(token) if token.len() == TOKEN_LEN && token.starts_with('q') => token,
         _ => value,
     }
 }
@@ -145,7 +148,8 @@ mod tests {
         let tokens: std::collections::HashSet<Arc<str>> = (0..1000).map(|_| new_token()).collect();
         assert_eq!(tokens.len(), 1000, "no two tokens alike");
         for token in &tokens {
-            assert_eq!(token.len(), 33, "{token}");
+            assert_eq!(token.len(), TOKEN_LEN, "{token}");
+            assert_eq!(TOKEN_LEN, 33);
             let hex = token.strip_prefix('q').expect("a q first");
             assert!(
                 hex.bytes()

@@ -16,9 +16,6 @@ use redis::Script;
 macro_rules! queue_lua {
     () => {
         r#"local reserved_prefix = "quorlock-next:"
-local function markable(value)
-    return value and #value == 33 and string.find(value, "^q%x+$") ~= nil
-end
 local QUEUE = KEYS[1] .. ":quorlock-queue"
 local ALIVE = KEYS[1] .. ":quorlock-alive"
 local clock = nil
@@ -101,7 +98,10 @@ end
 pub(crate) static WAIT: LazyLock<Script> = LazyLock::new(|| Script::new(WAIT_CODE));
 const WAIT_CODE: &str = concat!(
     queue_lua!(),
-    r#"local value = redis.call("get", KEYS[1])
+    r#"local function markable(value)
+    return value and #value == 33 and string.find(value, "^q%x+$") ~= nil
+end
+local value = redis.call("get", KEYS[1])
 local waiter = ARGV[3]
 local first, until_ms = head(QUEUE, ALIVE)
 if value and string.sub(value, 1, #reserved_prefix) == reserved_prefix
@@ -175,7 +175,8 @@ if not ARGV[2] then
 end
 "#,
     queue_lua!(),
-    r#"local ours = value == ARGV[1] or value == ARGV[1] .. "+"
+    r#"local held = value == ARGV[1] or value == ARGV[1] .. "+"
+local ours = held
 local waiter = ARGV[2]
 if waiter then
     local ticket = tonumber(ARGV[3])
@@ -187,7 +188,6 @@ if waiter then
         enqueue(QUEUE, ALIVE, waiter, ticket, tonumber(ARGV[4]))
     end
 end
-local held = value == ARGV[1] or value == ARGV[1] .. "+"
 if ours then
     hand_on(KEYS[1], QUEUE, ALIVE)
 end
@@ -290,6 +290,24 @@ mod tests {
     fn the_scripts_publish_on_the_channel_the_client_listens_to() {
         let channel = format!("\"{}\" .. client", crate::notify::WAKE_CHANNEL_PREFIX);
         assert!(WAIT_CODE.contains(&channel) && RELEASE_CODE.contains(&channel));
+    }
+
+    #[test]
+    fn the_scripts_take_our_token_marked_as_the_client_marks_and_makes_it() {
+        use crate::request::{MARK, TOKEN_LEN};
+        // Every script that acts on our key accepts the token with the mark.
+        let marked = format!("ARGV[1] .. \"{MARK}\"");
+        for code in [
+            RELEASE_CODE,
+            EXTEND_CODE,
+            FENCE_SEED_CODE,
+            FENCE_WRITE_BACK_CODE,
+        ] {
+            assert!(code.contains(&marked), "{code}");
+        }
+        // The queue script marks only values of our tokens' form.
+        let form = format!("#value == {TOKEN_LEN} and string.find(value, \"^q%x+$\")");
+        assert!(WAIT_CODE.contains(&form) && WAIT_CODE.contains(&format!("\"{MARK}\"")));
     }
 
     #[test]
