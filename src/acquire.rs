@@ -13,6 +13,39 @@
 //! What may grant a lock here is only the quorum of a round (and of its
 //! fencing write-back): the queue, the notifications and the memory of busy
 //! keys only choose which correct round to make and when (see `queue.rs`).
+//!
+//! # Locks on several resources
+//!
+//! A [`lock_all`](crate::Redlock::lock_all) lock is one lock with several
+//! keys and one token. Its round runs one script per node
+//! (`scripts::ACQUIRE_ALL`) that sets every key, with the same TTL, only
+//! when none of them exists there; otherwise it sets nothing. Such a grant
+//! counts as a plain grant does, so the mutex's argument carries over key
+//! by key: the lock is won only with a quorum of grants and validity left,
+//! every granting node then holds *every* key until at least the round's
+//! start plus the TTL, and any other holder of any of those keys (a plain
+//! lock, or another set that shares one) needed a quorum of nodes that held
+//! that key for it; two quorums share a node, and that node would have had
+//! to set one key twice while it existed, which neither `SET NX` nor the
+//! scripts do. It assumes what the mutex assumes (independent nodes,
+//! bounded clock drift, no loss of a key on a node that counts), and that
+//! the keys live on the same server on each node (they do: nodes are
+//! independent servers, not a cluster). Nodes that disagree (one refuses
+//! because another holder has one key there, one has a key of another type)
+//! refuse the whole set, which only withholds the lock. The extend script
+//! (`EXTEND_ALL`) votes yes only where every key still holds our token, and
+//! resets them together; the release script (`RELEASE_ALL`) gives up each
+//! key that holds our token, handing it on to that key's queued waiters
+//! like a plain release. A lost round is released on every node that did
+//! not refuse, as for a plain lock, so nothing of it stays behind.
+//!
+//! No deadlock is possible: a round waits for nothing and holds nothing
+//! while a caller pauses. Two sets that overlap may split the nodes between
+//! them and both lose a round; each retries after the jittered retry delay,
+//! so one soon wins. Such a lock does not wait in the keys' queues: it is
+//! granted only when all its keys are free, so callers queued for one of
+//! them go first, and a key that always has waiters keeps the set waiting
+//! until its patience ends.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -23,12 +56,12 @@ use tracing::Instrument;
 
 use crate::answer::Answer;
 use crate::engine::{Engine, To};
-use crate::error::{Error, Result, show_resource};
+use crate::error::{Error, Result, show_resource, show_resources};
 use crate::guard::LockGuard;
 use crate::notify::{Gates, Listening};
 use crate::queue::{self, Place};
 use crate::quorum::{self, Ttl, Votes};
-use crate::request::{LockId, Request};
+use crate::request::{LockId, OtherKeys, Request};
 use crate::round::{NodeSet, Round, Until};
 use crate::standing::NotReady;
 
@@ -41,6 +74,61 @@ pub(crate) async fn acquire(
     ttl: Duration,
     waits: bool,
 ) -> Result<LockGuard> {
+    let key = engine.key(resource)?;
+    let resources = std::slice::from_ref(&resource);
+    start(engine, resources, (key, None), ttl, waits).await
+}
+
+/// Takes the locks on every one of `resources` at once, all or none: one
+/// round for `try_lock_all` (`waits` false), or, for `lock_all`, rounds
+/// after the jittered retry delay until the call's patience ends (such a
+/// lock does not wait in the queues of its keys; see `Redlock::lock_all`).
+pub(crate) async fn acquire_all(
+    engine: &Arc<Engine>,
+    resources: &[&[u8]],
+    ttl: Duration,
+    waits: bool,
+) -> Result<LockGuard> {
+    let mut keys = resources
+        .iter()
+        .map(|resource| engine.key(resource))
+        .collect::<Result<Vec<_>>>()?;
+    // In byte order, none twice: the nodes see one set whatever order the
+    // caller named them in.
+    keys.sort();
+    keys.dedup();
+    if keys.len() > crate::engine::MAX_RESOURCES {
+        return Err(Error::InvalidResource {
+            reason: format!(
+                "{} resources named, more than the {} one lock takes",
+                keys.len(),
+                crate::engine::MAX_RESOURCES
+            ),
+        });
+    }
+    let mut keys = keys.into_iter();
+    let Some(key) = keys.next() else {
+        return Err(Error::InvalidResource {
+            reason: "no resource named".into(),
+        });
+    };
+    let others: OtherKeys = keys.collect();
+    let others = (!others.is_empty()).then_some(others);
+    let mut resources = resources.to_vec();
+    resources.sort();
+    resources.dedup();
+    start(engine, &resources, (key, others), ttl, waits).await
+}
+
+/// The start shared by [`acquire`] and [`acquire_all`]: the lock's keys
+/// (the first, and the others of a lock on several resources) are checked.
+async fn start(
+    engine: &Arc<Engine>,
+    resources: &[&[u8]],
+    (key, others): (Arc<[u8]>, Option<OtherKeys>),
+    ttl: Duration,
+    waits: bool,
+) -> Result<LockGuard> {
     let called = Instant::now();
     let config = &engine.config;
     let deadline = if waits {
@@ -50,16 +138,19 @@ pub(crate) async fn acquire(
             .acquire_timeout
             .and_then(|timeout| called.checked_add(timeout))
     };
-    let key = engine.key(resource)?;
     let ttl = engine.ttl(ttl)?;
     Error::ensure_runtime()?;
-    first_contact(engine, resource, deadline).await?;
-    let span = tracing::debug_span!("quorlock.lock", resource = %show_resource(resource), ttl_ms = ttl.millis);
+    first_contact(engine, resources, deadline).await?;
+    let span = tracing::debug_span!("quorlock.lock", resource = %show_resources(resources), ttl_ms = ttl.millis);
+    // A lock on several resources does not queue: it retries.
+    let queues = waits && others.is_none();
     let acquisition = Acquisition {
         engine,
-        waiting: waits.then(|| Waiting::new(engine, &key)),
+        waiting: queues.then(|| Waiting::new(engine, &key)),
+        retries: waits && others.is_some(),
         key,
-        resource,
+        others,
+        resources,
         ttl,
         deadline,
         attempt: 0,
@@ -70,7 +161,11 @@ pub(crate) async fn acquire(
 
 /// A client's first call waits for its first checks of the nodes; no round
 /// starts after the deadline.
-async fn first_contact(engine: &Engine, resource: &[u8], deadline: Option<Instant>) -> Result<()> {
+async fn first_contact(
+    engine: &Engine,
+    resources: &[&[u8]],
+    deadline: Option<Instant>,
+) -> Result<()> {
     match engine.first_contact(deadline).await {
         Ok(()) => Ok(()),
         Err(NotReady::Misconfigured(reason)) => Err(Error::Misconfigured { reason }),
@@ -80,7 +175,7 @@ async fn first_contact(engine: &Engine, resource: &[u8], deadline: Option<Instan
                 votes.record(&Answer::Failed(err.clone()));
             }
             Err(Error::Unavailable {
-                resource: show_resource(resource),
+                resource: show_resources(resources),
                 votes,
                 attempts: 0,
                 source: unchecked.last().cloned(),
@@ -93,13 +188,21 @@ async fn first_contact(engine: &Engine, resource: &[u8], deadline: Option<Instan
 /// One `lock` or `try_lock` call under way.
 struct Acquisition<'a> {
     engine: &'a Arc<Engine>,
+    /// The lock's key (of a lock on several resources, its first).
     key: Arc<[u8]>,
-    resource: &'a [u8],
+    /// The other keys of a lock on several resources.
+    others: Option<OtherKeys>,
+    /// The resource names, for errors and logs.
+    resources: &'a [&'a [u8]],
     ttl: Ttl,
     /// No round starts after it; `None`: one round (`try_lock`).
     deadline: Option<Instant>,
-    /// A `lock` call's place in the queue; `None` for `try_lock`.
+    /// A `lock` call's place in the queue; `None` for `try_lock` and for a
+    /// lock on several resources.
     waiting: Option<Waiting>,
+    /// Whether a lost round is followed by another after the jittered retry
+    /// delay, without a queue (`lock_all`).
+    retries: bool,
     attempt: u32,
     /// Set when a handoff notification ended the wait: the next round is a
     /// claim, sent to each node once it notified.
@@ -162,7 +265,7 @@ impl Acquisition<'_> {
     /// cancelled), the round finishes in the background and then releases
     /// whatever it set.
     async fn round(&mut self) -> InFlight {
-        let lock = LockId::fresh(&self.key);
+        let lock = LockId::fresh(&self.key, self.others.as_ref());
         let (request, gates) = self.take_turn(lock.clone());
         let start = Instant::now();
         let to = gates.as_ref().map_or(To::All, To::Gated);
@@ -269,7 +372,7 @@ impl Acquisition<'_> {
         LockGuard::acquired(
             self.engine.clone(),
             in_flight.lock.clone(),
-            self.resource.len(),
+            self.resources.first().map_or(0, |resource| resource.len()),
             self.ttl,
             in_flight.start,
             fencing_token,
@@ -296,12 +399,12 @@ impl Acquisition<'_> {
         in_flight.release(place).await;
         match fenced {
             Some(mut fenced) => failure(
-                self.resource,
+                self.resources,
                 &mut fenced.round,
                 fenced.elapsed,
                 self.attempt,
             ),
-            None => failure(self.resource, &mut in_flight.round, elapsed, self.attempt),
+            None => failure(self.resources, &mut in_flight.round, elapsed, self.attempt),
         }
     }
 
@@ -309,13 +412,13 @@ impl Acquisition<'_> {
     /// elsewhere) or the jittered retry delay (too few nodes answered);
     /// `Err(error)` when no attempt may follow.
     async fn pause(&mut self, error: Error) -> Result<()> {
-        let (Some(waiting), Some(deadline)) = (&mut self.waiting, self.deadline) else {
+        let Some(deadline) = self.deadline else {
             return Err(error);
         };
-        if Instant::now() >= deadline {
+        if Instant::now() >= deadline || (self.waiting.is_none() && !self.retries) {
             return Err(error);
         }
-        if error.is_contended() {
+        if let (Some(waiting), true) = (&mut self.waiting, error.is_contended()) {
             if !std::mem::take(&mut waiting.rewrite) {
                 let listening = waiting.listening.as_mut();
                 self.claiming = await_handoff(&self.engine.config, listening, deadline).await;
@@ -372,10 +475,10 @@ struct FenceFailure {
 }
 
 /// The error for a failed acquire round.
-fn failure(resource: &[u8], round: &mut Round, elapsed: Duration, attempts: u32) -> Error {
+fn failure(resources: &[&[u8]], round: &mut Round, elapsed: Duration, attempts: u32) -> Error {
     let (votes, last_error) = round.tally();
     let not_counted = round.take_not_counted();
-    let resource = show_resource(resource);
+    let resource = show_resources(resources);
     if votes.has_quorum() {
         Error::NoValidity {
             resource,
@@ -479,6 +582,7 @@ impl Waiting {
         Some(LockId {
             key: self.key.clone(),
             token: waiter,
+            others: None,
         })
     }
 

@@ -27,6 +27,9 @@ use crate::tasks::Background;
 /// The longest resource name accepted, in bytes.
 pub(crate) const MAX_RESOURCE_LEN: usize = 64 * 1024;
 
+/// The most resources of one lock on several resources.
+pub(crate) const MAX_RESOURCES: usize = 64;
+
 /// Which nodes a request goes to, and when.
 #[derive(Clone, Copy)]
 pub(crate) enum To<'a> {

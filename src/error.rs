@@ -23,6 +23,13 @@ pub(crate) fn show_resource(resource: &[u8]) -> String {
     }
 }
 
+/// Resource names for errors and logs: each as [`show_resource`] shows it,
+/// separated by commas (a lock on several resources).
+pub(crate) fn show_resources(resources: &[&[u8]]) -> String {
+    let shown: Vec<String> = resources.iter().map(|r| show_resource(r)).collect();
+    shown.join(", ")
+}
+
 /// A `Result` whose error is [`enum@Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

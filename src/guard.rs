@@ -37,7 +37,7 @@ use tracing::Instrument;
 
 use crate::answer::NodeError;
 use crate::engine::{Engine, To};
-use crate::error::{Error, LostReason, Result, show_resource};
+use crate::error::{Error, LostReason, Result, show_resource, show_resources};
 use crate::queue::Place;
 use crate::quorum::{Ttl, Unlocked};
 use crate::request::LockId;
@@ -110,13 +110,25 @@ impl LockGuard {
     }
 
     pub(crate) fn shown_resource(&self) -> String {
-        show_resource(self.resource())
+        if self.lock.others.is_none() {
+            return show_resource(self.resource());
+        }
+        show_resources(&self.resources().collect::<Vec<_>>())
     }
 
-    /// The resource name this lock is on.
+    /// The resource name this lock is on (of a lock on several resources,
+    /// the first in byte order: see [`resources`](Self::resources)).
     pub fn resource(&self) -> &[u8] {
         let prefix_len = self.lock.key.len() - self.resource_len;
         &self.lock.key[prefix_len..]
+    }
+
+    /// Every resource name this lock is on, in byte order, none twice: one
+    /// for [`lock`](crate::Redlock::lock), each one named to
+    /// [`lock_all`](crate::Redlock::lock_all).
+    pub fn resources(&self) -> impl Iterator<Item = &[u8]> {
+        let prefix_len = self.lock.key.len() - self.resource_len;
+        self.lock.keys().map(move |key| &key[prefix_len..])
     }
 
     /// The Redis key that holds the lock on each node (prefix + resource).

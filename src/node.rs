@@ -161,6 +161,9 @@ enum Reply {
     /// The queue script: `{1, counter}` (granted; `counter` only with
     /// fencing on) or `{0, ticket}` (queued).
     Queued { fenced: bool },
+    /// The all-or-nothing acquire script of a lock on several resources:
+    /// `{1, counter}` (granted; `counter` only with fencing on) or `{0, 0}`.
+    AllOrNone { fenced: bool },
     /// A script's 1 (yes) or 0 (no).
     YesNo,
     /// The inspect script: `{token, pttl}` or nil.
@@ -198,6 +201,14 @@ impl Reply {
                 [Value::Int(0), Value::Int(ticket)] if *ticket > 0 => {
                     Answer::Refused(Some(ticket.unsigned_abs()))
                 }
+                _ => return Err(Value::Array(items)),
+            },
+            (Reply::AllOrNone { fenced }, Value::Array(items)) => match items.as_slice() {
+                [Value::Int(1), _] if !fenced => Answer::Granted(None),
+                [Value::Int(1), Value::Int(counter)] if *counter > 0 => {
+                    Answer::Granted(u64::try_from(*counter).ok())
+                }
+                [Value::Int(0), Value::Int(0)] => Answer::Refused(None),
                 _ => return Err(Value::Array(items)),
             },
             (Reply::YesNo, Value::Int(1)) | (Reply::Any, _) => Answer::Granted(None),
@@ -438,6 +449,15 @@ fn plan(request: &Request) -> (Purpose, Call, Reply) {
             lock,
             ttl_ms,
             counter_key,
+        } if lock.others.is_some() => {
+            let fenced = counter_key.is_some();
+            let call = acquire_all(lock, *ttl_ms, counter_key.as_deref());
+            (Purpose::Vote, call, Reply::AllOrNone { fenced })
+        }
+        Request::Acquire {
+            lock,
+            ttl_ms,
+            counter_key,
         } => {
             let reply = match counter_key {
                 Some(_) => Reply::Fenced,
@@ -460,11 +480,7 @@ fn plan(request: &Request) -> (Purpose, Call, Reply) {
             let call = wait(lock, *ttl_ms, counter_key.as_deref(), waiter, *ticket);
             (Purpose::Vote, call, Reply::Queued { fenced })
         }
-        Request::Extend { lock, ttl_ms } => {
-            let mut cmd = evalsha(&scripts::EXTEND, 1, 2);
-            cmd.arg(&*lock.key).arg(&*lock.token).arg(*ttl_ms);
-            (Purpose::Vote, script(cmd, &scripts::EXTEND), Reply::YesNo)
-        }
+        Request::Extend { lock, ttl_ms } => (Purpose::Vote, extension(lock, *ttl_ms), Reply::YesNo),
         Request::WriteBack {
             lock,
             counter_key,
@@ -483,6 +499,21 @@ fn plan(request: &Request) -> (Purpose, Call, Reply) {
     }
 }
 
+/// The extend script's call (of a lock on several resources: the script
+/// that extends them all or none).
+fn extension(lock: &LockId, ttl_ms: u64) -> Call {
+    let extend = match lock.others {
+        None => &scripts::EXTEND,
+        Some(_) => &scripts::EXTEND_ALL,
+    };
+    let mut cmd = evalsha(extend, lock.key_count(), 2);
+    for key in lock.keys() {
+        cmd.arg(key);
+    }
+    cmd.arg(&*lock.token).arg(ttl_ms);
+    script(cmd, extend)
+}
+
 /// The fencing write-back script's call.
 fn write_back(lock: &LockId, counter_key: &[u8], fencing_token: u64) -> Call {
     let mut cmd = evalsha(&scripts::FENCE_WRITE_BACK, 2, 2);
@@ -493,12 +524,41 @@ fn write_back(lock: &LockId, counter_key: &[u8], fencing_token: u64) -> Call {
     script(cmd, &scripts::FENCE_WRITE_BACK)
 }
 
-/// The release script's call.
+/// The release script's call (of a lock on several resources: the script
+/// that releases them all, which takes no waiter's place: such a lock never
+/// waits in a queue).
 fn release(lock: &LockId, place: &Place) -> Call {
+    if lock.others.is_some() {
+        let mut cmd = evalsha(&scripts::RELEASE_ALL, lock.key_count(), 1);
+        for key in lock.keys() {
+            cmd.arg(key);
+        }
+        cmd.arg(&*lock.token);
+        return script(cmd, &scripts::RELEASE_ALL);
+    }
     let mut cmd = evalsha(&scripts::RELEASE, 1, 4);
     cmd.arg(&*lock.key).arg(&*lock.token);
     place_args(&mut cmd, place);
     script(cmd, &scripts::RELEASE)
+}
+
+/// The all-or-nothing acquire script's call for a lock on several
+/// resources, with the fencing counter's key last when fencing is on.
+fn acquire_all(lock: &LockId, ttl_ms: u64, counter_key: Option<&[u8]>) -> Call {
+    let keys = lock.key_count();
+    let mut cmd = evalsha(
+        &scripts::ACQUIRE_ALL,
+        keys + usize::from(counter_key.is_some()),
+        3,
+    );
+    for key in lock.keys() {
+        cmd.arg(key);
+    }
+    if let Some(counter_key) = counter_key {
+        cmd.arg(counter_key);
+    }
+    cmd.arg(&*lock.token).arg(ttl_ms).arg(keys);
+    script(cmd, &scripts::ACQUIRE_ALL)
 }
 
 /// The call of a [`Request::Acquire`].

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redis::Client;
 
-use crate::acquire::acquire;
+use crate::acquire::{acquire, acquire_all};
 use crate::config::RedlockBuilder;
 use crate::engine::{self, Engine};
 use crate::error::{BuildError, Error, Result};
@@ -56,6 +56,12 @@ impl Redlock {
 
     /// The longest resource name accepted, in bytes.
     pub const MAX_RESOURCE_LEN: usize = engine::MAX_RESOURCE_LEN;
+
+    /// The most resources one [`lock_all`](Self::lock_all) call takes
+    /// (after duplicates are dropped): each round's script checks and sets
+    /// every key on each node at once, and a node runs nothing else
+    /// meanwhile.
+    pub const MAX_RESOURCES: usize = engine::MAX_RESOURCES;
 
     /// How long a waiter's place in the queue outlives its last round
     /// (see `queue.rs`): a waiter that died stops blocking the others
@@ -205,6 +211,70 @@ impl Redlock {
     /// As [`lock`](Self::lock).
     pub async fn try_lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<LockGuard> {
         acquire(&self.engine, resource.as_ref(), ttl, false).await
+    }
+
+    /// Takes the locks on every one of `resources` at once, all or none, as
+    /// one lock: one guard, with one TTL, extended and released together.
+    ///
+    /// Each round runs one script per node that sets every key only when
+    /// none of them is taken there (held, by any lock of this or another
+    /// client, or handed on to a waiter), and a round wins as a [`lock`](Self::lock)
+    /// round does: a quorum of such all-or-nothing grants, with validity
+    /// left. A lost round is released on every node. A plain
+    /// [`lock`](Self::lock) on one of the resources and this lock exclude
+    /// each other, since they use the same key. The order in which the
+    /// resources are named does not matter (the nodes see them in byte
+    /// order, each once), and no two callers can deadlock: a round waits
+    /// for nothing, and none holds a part of its set while it waits.
+    ///
+    /// Unlike `lock`, the call does not wait in the queues of the keys: a
+    /// lost round is followed by another after the jittered retry delay,
+    /// until the call's patience ends (as for `lock`). Callers queued for a
+    /// resource in the set are served before this call whenever they are
+    /// there when the lock is released, so under steady contention on one
+    /// of its resources the call may see its patience end. With fencing on,
+    /// the guard's [`fencing_token`](LockGuard::fencing_token) is larger
+    /// than the token of every earlier holder of any of its resources.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidResource`] when no resource is named, more than
+    /// [`MAX_RESOURCES`](Self::MAX_RESOURCES) are, or any name is invalid;
+    /// otherwise those of [`lock`](Self::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock`](Self::lock): if the future is dropped, no guard exists,
+    /// and a round in flight finishes in the background and is released.
+    pub async fn lock_all<I, R>(&self, resources: I, ttl: Duration) -> Result<LockGuard>
+    where
+        I: IntoIterator<Item = R>,
+        R: AsRef<[u8]>,
+    {
+        let waits = self.engine.config.retries() > 0;
+        let resources: Vec<R> = resources.into_iter().collect();
+        let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
+        acquire_all(&self.engine, &names, ttl, waits).await
+    }
+
+    /// Makes one round for the locks on every one of `resources` at once,
+    /// all or none (as [`lock_all`](Self::lock_all)), without retrying.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_all`](Self::lock_all), after a single round.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock_all`](Self::lock_all).
+    pub async fn try_lock_all<I, R>(&self, resources: I, ttl: Duration) -> Result<LockGuard>
+    where
+        I: IntoIterator<Item = R>,
+        R: AsRef<[u8]>,
+    {
+        let resources: Vec<R> = resources.into_iter().collect();
+        let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
+        acquire_all(&self.engine, &names, ttl, false).await
     }
 
     /// Takes the lock (as [`lock`](Self::lock)), runs `work` under it (as

@@ -7,24 +7,46 @@ use std::sync::Arc;
 
 use crate::queue::Place;
 
-/// One lock's identity on the nodes: its key and the token that marks it as
-/// ours. They always travel together.
+/// The other keys of a lock on several resources (see [`LockId::others`]).
+pub(crate) type OtherKeys = Arc<[Arc<[u8]>]>;
+
+/// One lock's identity on the nodes: its key (its keys, for a lock on
+/// several resources) and the token that marks it as ours. They always
+/// travel together.
 #[derive(Debug, Clone)]
 pub(crate) struct LockId {
-    /// The Redis key: the key prefix followed by the resource name.
+    /// The Redis key: the key prefix followed by the resource name (of a
+    /// lock on several resources, the first of its keys in byte order).
     pub(crate) key: Arc<[u8]>,
     /// The random token that only this holder knows (a waiter's id, when a
     /// waiter leaves the queue: it matches only a reservation for it).
     pub(crate) token: Arc<str>,
+    /// A lock on several resources ([`lock_all`](crate::Redlock::lock_all)):
+    /// its other keys, after `key`, in byte order, none twice; `None` for a
+    /// lock on one resource. One token holds them all.
+    pub(crate) others: Option<OtherKeys>,
 }
 
 impl LockId {
-    /// A fresh identity for `key`: a new random token (see [`new_token`]).
-    pub(crate) fn fresh(key: &Arc<[u8]>) -> Self {
+    /// A fresh identity for `key` (and `others`, for a lock on several
+    /// resources): a new random token (see [`new_token`]).
+    pub(crate) fn fresh(key: &Arc<[u8]>, others: Option<&OtherKeys>) -> Self {
         LockId {
             key: key.clone(),
             token: new_token(),
+            others: others.cloned(),
         }
+    }
+
+    /// Every key of the lock, `key` first.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        let others = self.others.as_deref().unwrap_or(&[]);
+        std::iter::once(&*self.key).chain(others.iter().map(|key| &**key))
+    }
+
+    /// How many keys the lock has.
+    pub(crate) fn key_count(&self) -> usize {
+        1 + self.others.as_ref().map_or(0, |others| others.len())
     }
 }
 

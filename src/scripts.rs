@@ -78,6 +78,24 @@ end
     };
 }
 
+/// The Lua of the scripts that take a fencing counter with the lock:
+/// `next_counter(key)` increments the counter at `key`, seeded first from
+/// the server's `TIME` in µs when never seeded (missing, or below 2^40
+/// after an `INCR` on a node that lost it; see `UNSEEDED_BELOW`).
+macro_rules! counter_lua {
+    () => {
+        r#"local function next_counter(key)
+    local time = redis.call("time")
+    local seed = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    if tonumber(redis.call("get", key) or "0") < 1099511627776 then
+        redis.call("set", key, seed)
+    end
+    return redis.call("incr", key)
+end
+"#
+    };
+}
+
 /// Takes the lock for a waiter in the queue, or queues it. `KEYS`: the lock
 /// key and, with fencing on, the fencing counter; beside the lock key live
 /// its queue (a sorted set of waiter ids by ticket) and its waiters'
@@ -98,6 +116,7 @@ end
 pub(crate) static WAIT: LazyLock<Script> = LazyLock::new(|| Script::new(WAIT_CODE));
 const WAIT_CODE: &str = concat!(
     queue_lua!(),
+    counter_lua!(),
     r#"local function markable(value)
     return value and #value == 33 and string.find(value, "^q%x+$") ~= nil
 end
@@ -125,12 +144,7 @@ if (not value and (not first or first == waiter)) or value == reserved_prefix ..
     end
     redis.call("set", KEYS[1], token, "PX", ARGV[2])
     if KEYS[2] then
-        local time = redis.call("time")
-        local seed = tonumber(time[1]) * 1000000 + tonumber(time[2])
-        if tonumber(redis.call("get", KEYS[2]) or "0") < 1099511627776 then
-            redis.call("set", KEYS[2], seed)
-        end
-        return {1, redis.call("incr", KEYS[2])}
+        return {1, next_counter(KEYS[2])}
     end
     return {1, 0}
 end
@@ -208,6 +222,70 @@ else
     return 0
 end"#;
 
+/// Takes a lock on several resources ([`lock_all`](crate::Redlock::lock_all)),
+/// all or nothing: `KEYS[1..n]` (`n` = `ARGV[3]`) are the lock's keys and,
+/// with fencing on, `KEYS[n + 1]` the fencing counter; `ARGV`: token, TTL in
+/// ms, `n`. Sets every key (`SET PX`) only when none of them exists (a key
+/// held, handed on to a waiter, or of another type refuses the whole set):
+/// `{1, counter}` (the incremented fencing counter, as [`WAIT`] gives it;
+/// 0 without fencing); otherwise it sets nothing: `{0, 0}`.
+pub(crate) static ACQUIRE_ALL: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_ALL_CODE));
+const ACQUIRE_ALL_CODE: &str = concat!(
+    counter_lua!(),
+    r#"local n = tonumber(ARGV[3])
+for i = 1, n do
+    if redis.call("exists", KEYS[i]) == 1 then
+        return {0, 0}
+    end
+end
+for i = 1, n do
+    redis.call("set", KEYS[i], ARGV[1], "PX", ARGV[2])
+end
+if KEYS[n + 1] then
+    return {1, next_counter(KEYS[n + 1])}
+end
+return {1, 0}"#
+);
+
+/// Resets the TTL of every key in `KEYS` (a lock on several resources) to
+/// `ARGV[2]` milliseconds only while every one holds our token `ARGV[1]`
+/// (marked or not): 1; otherwise it changes none: 0. It never deletes.
+pub(crate) static EXTEND_ALL: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_ALL_CODE));
+const EXTEND_ALL_CODE: &str = r#"for _, key in ipairs(KEYS) do
+    local value = redis.call("get", key)
+    if value ~= ARGV[1] and value ~= ARGV[1] .. "+" then
+        return 0
+    end
+end
+for _, key in ipairs(KEYS) do
+    redis.call("pexpire", key, ARGV[2])
+end
+return 1"#;
+
+/// Gives up our hold on every key in `KEYS` (a lock on several resources)
+/// that holds our token `ARGV[1]`, each as [`RELEASE`] does without a
+/// waiter: deleted, or handed on to its queue's first live waiter when our
+/// token is marked. Returns 1 when every key held our token, 0 otherwise.
+pub(crate) static RELEASE_ALL: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_ALL_CODE));
+const RELEASE_ALL_CODE: &str = concat!(
+    queue_lua!(),
+    r#"local held = 0
+for _, key in ipairs(KEYS) do
+    local value = redis.call("get", key)
+    if value == ARGV[1] then
+        redis.call("del", key)
+        held = held + 1
+    elseif value == ARGV[1] .. "+" then
+        hand_on(key, key .. ":quorlock-queue", key .. ":quorlock-alive")
+        held = held + 1
+    end
+end
+if held == #KEYS then
+    return 1
+end
+return 0"#
+);
+
 /// Reads `KEYS[1]` and its remaining TTL in one step: `nil` when absent, else
 /// `{value, pttl_ms}`. Fails with `WRONGTYPE` when the key is not a string.
 pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT_CODE));
@@ -265,11 +343,21 @@ pub(crate) fn for_client(fencing: bool) -> &'static [&'static str] {
             WAIT_CODE,
             RELEASE_CODE,
             EXTEND_CODE,
+            ACQUIRE_ALL_CODE,
+            EXTEND_ALL_CODE,
+            RELEASE_ALL_CODE,
             FENCE_SEED_CODE,
             FENCE_WRITE_BACK_CODE,
         ]
     } else {
-        &[WAIT_CODE, RELEASE_CODE, EXTEND_CODE]
+        &[
+            WAIT_CODE,
+            RELEASE_CODE,
+            EXTEND_CODE,
+            ACQUIRE_ALL_CODE,
+            EXTEND_ALL_CODE,
+            RELEASE_ALL_CODE,
+        ]
     }
 }
 
@@ -300,6 +388,8 @@ mod tests {
         for code in [
             RELEASE_CODE,
             EXTEND_CODE,
+            EXTEND_ALL_CODE,
+            RELEASE_ALL_CODE,
             FENCE_SEED_CODE,
             FENCE_WRITE_BACK_CODE,
         ] {

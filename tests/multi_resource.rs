@@ -1,0 +1,461 @@
+//! Locks on several resources (`lock_all`), against real servers: all or
+//! none on each node, nothing left behind by a lost round, one guard that
+//! extends and releases every key, exclusion with plain locks on a member,
+//! fencing tokens above every earlier holder of any member, and, across OS
+//! processes, overlapping sets named in opposite orders that all make
+//! progress with no overlap on any resource (a separate checker Redis counts
+//! the holders of each resource). The multi-process test re-executes this
+//! binary as its workers, so this file has its own `main` (harness = false).
+
+mod support;
+
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use quorlock::{Error, Redlock};
+use support::RedisServer;
+
+type AnyError = Box<dyn std::error::Error + Send + Sync>;
+type Outcome = Result<(), AnyError>;
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// Fails with `what` unless `condition` holds.
+fn check(condition: bool, what: impl Into<String>) -> Outcome {
+    if condition {
+        Ok(())
+    } else {
+        Err(what.into().into())
+    }
+}
+
+/// Each node's values of `redlock`'s keys for `resources`, by node.
+fn values(
+    redlock: &Redlock,
+    nodes: &[RedisServer],
+    resources: &[&str],
+) -> Vec<Vec<Option<Vec<u8>>>> {
+    nodes
+        .iter()
+        .map(|node| {
+            resources
+                .iter()
+                .map(|resource| node.get(&redlock.key(resource).unwrap_or_default()))
+                .collect()
+        })
+        .collect()
+}
+
+/// A round that wins some keys on some nodes (here: none on two of three
+/// nodes, where one member is taken) sets nothing there and leaves nothing
+/// behind anywhere; a round that wins on a quorum releases every key on
+/// every node, and leaves foreign keys alone.
+async fn a_lost_round_leaves_no_key_behind() -> Outcome {
+    let nodes = support::servers(3);
+    let redlock = support::builder(&nodes).build()?;
+    let key = |resource: &str| redlock.key(resource).unwrap_or_default();
+    nodes[0].set_px(&key("m:b"), "someone-else", 60_000);
+    nodes[1].set_px(&key("m:a"), "someone-else", 60_000);
+    let lost = redlock.try_lock_all(["m:a", "m:b", "m:c"], TTL).await;
+    check(
+        matches!(lost, Err(Error::Contended { .. })),
+        format!("a set taken on two of three nodes is contended: {lost:?}"),
+    )?;
+    redlock.flush().await;
+    let after = values(&redlock, &nodes, &["m:a", "m:b", "m:c"]);
+    let foreign = Some(b"someone-else".to_vec());
+    check(
+        after
+            == vec![
+                vec![None, foreign.clone(), None],
+                vec![foreign.clone(), None, None],
+                vec![None, None, None],
+            ],
+        format!("only the foreign keys are left: {after:?}"),
+    )?;
+    // Taken on one node only: a quorum of all-or-nothing grants wins.
+    redis::cmd("DEL")
+        .arg(key("m:a"))
+        .query::<()>(&mut nodes[1].connection())?;
+    let guard = redlock.try_lock_all(["m:c", "m:a", "m:b"], TTL).await?;
+    let held = values(&redlock, &nodes, &["m:a", "m:b", "m:c"]);
+    check(
+        held[0] == vec![None, foreign.clone(), None]
+            && held[1..]
+                .iter()
+                .all(|node| node.iter().all(Option::is_some)),
+        format!("the other two nodes hold every key: {held:?}"),
+    )?;
+    check(
+        held[1].iter().all(|value| *value == held[1][0]),
+        "one token for every key",
+    )?;
+    guard.unlock().await?;
+    let released = values(&redlock, &nodes, &["m:a", "m:b", "m:c"]);
+    check(
+        released
+            == vec![
+                vec![None, foreign, None],
+                vec![None, None, None],
+                vec![None, None, None],
+            ],
+        format!("released everywhere: {released:?}"),
+    )
+}
+
+/// One guard for the set: its resources in byte order, none twice;
+/// `extend` resets every key's TTL; `unlock` and a dropped guard release
+/// every key.
+async fn one_guard_extends_and_releases_every_key() -> Outcome {
+    let nodes = support::servers(3);
+    let redlock = support::builder(&nodes).build()?;
+    let mut guard = redlock
+        .lock_all(["g:b", "g:a", "g:b"], Duration::from_secs(5))
+        .await?;
+    let resources: Vec<&[u8]> = guard.resources().collect();
+    check(
+        resources == [b"g:a".as_slice(), b"g:b".as_slice()],
+        format!("sorted, once each: {resources:?}"),
+    )?;
+    guard.extend(Duration::from_secs(60)).await?;
+    for node in &nodes {
+        for resource in ["g:a", "g:b"] {
+            let pttl = node.pttl(&redlock.key(resource)?);
+            check(
+                pttl > 50_000,
+                format!("{resource} extended to 60 s: pttl {pttl}"),
+            )?;
+        }
+    }
+    guard.unlock().await?;
+    check(
+        values(&redlock, &nodes, &["g:a", "g:b"])
+            .iter()
+            .flatten()
+            .all(Option::is_none),
+        "unlock released both",
+    )?;
+    let dropped = redlock.lock_all(["g:a", "g:b"], TTL).await?;
+    drop(dropped);
+    redlock.flush().await;
+    check(
+        values(&redlock, &nodes, &["g:a", "g:b"])
+            .iter()
+            .flatten()
+            .all(Option::is_none),
+        "a dropped guard released both",
+    )
+}
+
+/// A plain lock on one member and the lock on the set exclude each other.
+async fn a_plain_lock_on_a_member_excludes_the_set() -> Outcome {
+    let nodes = support::servers(3);
+    let redlock = support::builder(&nodes).build()?;
+    let plain = redlock.lock("x:b", TTL).await?;
+    let refused = redlock.try_lock_all(["x:a", "x:b"], TTL).await;
+    check(
+        matches!(refused, Err(Error::Contended { .. })),
+        format!("the set is refused while x:b is held: {refused:?}"),
+    )?;
+    redlock.flush().await;
+    check(
+        values(&redlock, &nodes, &["x:a"])
+            .iter()
+            .flatten()
+            .all(Option::is_none),
+        "x:a was not taken",
+    )?;
+    plain.unlock().await?;
+    let set = redlock.lock_all(["x:a", "x:b"], TTL).await?;
+    for member in ["x:a", "x:b"] {
+        let refused = redlock.try_lock(member, TTL).await;
+        check(
+            matches!(refused, Err(Error::Contended { .. })),
+            format!("{member} is refused while the set is held: {refused:?}"),
+        )?;
+    }
+    set.unlock().await?;
+    redlock.lock("x:b", TTL).await?.unlock().await?;
+    Ok(())
+}
+
+/// With fencing on, the set's token is above the last token of every member,
+/// and the next holder of a member gets a token above the set's.
+async fn the_fencing_token_passes_every_member() -> Outcome {
+    let nodes = support::servers(3);
+    let redlock = support::builder(&nodes).fencing(true).build()?;
+    let mut last = 0;
+    for resource in ["f:a", "f:b"] {
+        let guard = redlock.lock(resource, TTL).await?;
+        last = last.max(guard.fencing_token().ok_or("a token")?);
+        guard.unlock().await?;
+    }
+    let set = redlock.lock_all(["f:a", "f:b"], TTL).await?;
+    let token = set.fencing_token().ok_or("the set has a token")?;
+    check(token > last, format!("set token {token} above {last}"))?;
+    set.unlock().await?;
+    let next = redlock.lock("f:b", TTL).await?;
+    let after = next.fencing_token().ok_or("a token")?;
+    check(after > token, format!("next token {after} above {token}"))?;
+    next.unlock().await?;
+    Ok(())
+}
+
+/// No resource, too many, or an invalid one: a typed error, nothing set.
+async fn bad_sets_are_refused_before_any_round() -> Outcome {
+    let nodes = support::servers(1);
+    let redlock = support::builder(&nodes).build()?;
+    let none: [&str; 0] = [];
+    let empty = redlock.lock_all(none, TTL).await;
+    check(
+        matches!(empty, Err(Error::InvalidResource { .. })),
+        format!("no resource: {empty:?}"),
+    )?;
+    let many: Vec<String> = (0..=Redlock::MAX_RESOURCES)
+        .map(|i| format!("r{i}"))
+        .collect();
+    let too_many = redlock.lock_all(&many, TTL).await;
+    check(
+        matches!(too_many, Err(Error::InvalidResource { .. })),
+        format!("{} resources: {too_many:?}", many.len()),
+    )?;
+    let invalid = redlock.try_lock_all(["ok", ""], TTL).await;
+    check(
+        matches!(invalid, Err(Error::InvalidResource { .. })),
+        format!("an empty name: {invalid:?}"),
+    )?;
+    check(nodes[0].get(&redlock.key("ok")?).is_none(), "nothing set")?;
+    let most: Vec<String> = many[..Redlock::MAX_RESOURCES].to_vec();
+    redlock.lock_all(&most, TTL).await?.unlock().await?;
+    Ok(())
+}
+
+/// The critical section: `INCR` each resource's holder count on the checker
+/// (each must read 1), hold 1 ms, `DECR`. Returns whether this holder was
+/// alone on every resource.
+async fn checked_hold_all(
+    checker: &mut redis::aio::MultiplexedConnection,
+    resources: &[String],
+) -> bool {
+    let mut alone = true;
+    for resource in resources {
+        let inside: i64 = redis::cmd("INCR")
+            .arg(format!("holders:{resource}"))
+            .query_async(checker)
+            .await
+            .unwrap_or(-1);
+        alone &= inside == 1;
+    }
+    tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(1)));
+    for resource in resources {
+        let _: redis::RedisResult<i64> = redis::cmd("DECR")
+            .arg(format!("holders:{resource}"))
+            .query_async(checker)
+            .await;
+    }
+    alone
+}
+
+/// One worker process: `tasks` tasks lock `resources` (several: `lock_all`
+/// in the order given; one: a plain `lock`) for `seconds`, each hold checked
+/// on the checker. Prints `acquisitions failed overlaps`.
+async fn worker(
+    tasks: usize,
+    seconds: u64,
+    checker: &str,
+    resources: &str,
+    nodes: &[String],
+) -> Outcome {
+    let redlock = Redlock::builder(nodes)
+        .retry_delay(Duration::from_millis(5))
+        .retry_jitter(Duration::from_millis(5))
+        .acquire_timeout(Duration::from_secs(10))
+        .build()?;
+    let resources: Vec<String> = resources.split(',').map(str::to_owned).collect();
+    let checker = redis::Client::open(checker)?
+        .get_multiplexed_async_connection()
+        .await?;
+    redlock.lock("m:warm-up", TTL).await?.unlock().await?;
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let (redlock, mut checker, counts) = (redlock.clone(), checker.clone(), counts.clone());
+        let resources = resources.clone();
+        handles.push(tokio::spawn(async move {
+            while Instant::now() < end {
+                let locked = match &resources[..] {
+                    [one] => redlock.lock(one, TTL).await,
+                    many => redlock.lock_all(many, TTL).await,
+                };
+                let Ok(guard) = locked else {
+                    counts[1].fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
+                if !checked_hold_all(&mut checker, &resources).await {
+                    counts[2].fetch_add(1, Ordering::Relaxed);
+                }
+                let _ = guard.unlock().await;
+                counts[0].fetch_add(1, Ordering::Relaxed);
+                // A plain locker pauses, so that its queue empties now and then.
+                if resources.len() == 1 {
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                }
+            }
+        }));
+    }
+    for handle in handles {
+        handle.await?;
+    }
+    redlock.flush().await;
+    let [acquired, failed, overlaps] = &*counts;
+    println!(
+        "{} {} {}",
+        acquired.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed),
+        overlaps.load(Ordering::Relaxed)
+    );
+    Ok(())
+}
+
+/// Four processes on five nodes: three of three tasks lock overlapping sets
+/// named in different orders (`a,b,c`, `c,b,a` and `d,b`), one task in a
+/// fourth takes plain locks on `b`. Every process makes progress, and the
+/// checker sees no two holders of any resource at once. (Several plain
+/// lockers of `b` would keep it queued for, and so away from, the sets: a
+/// set does not queue; see `Redlock::lock_all`.)
+fn overlapping_sets_in_opposite_orders_make_progress(exe: &std::path::Path) -> Outcome {
+    let servers = support::servers(6);
+    let nodes = support::urls(&servers[1..]);
+    let sets = [
+        ("p:a,p:b,p:c", "3"),
+        ("p:c,p:b,p:a", "3"),
+        ("p:d,p:b", "3"),
+        ("p:b", "1"),
+    ];
+    let workers: Vec<_> = sets
+        .iter()
+        .map(|(set, tasks)| {
+            Command::new(exe)
+                .args(["--worker", tasks, "4", &servers[0].url(), set])
+                .args(&nodes)
+                .stdout(Stdio::piped())
+                .spawn()
+        })
+        .collect::<Result<_, _>>()?;
+    let (mut overlaps, mut total, mut least) = (0, 0, u64::MAX);
+    for ((set, _), worker) in sets.iter().zip(workers) {
+        let output = worker.wait_with_output()?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        check(
+            output.status.success(),
+            format!("worker {set} failed: {} {text}", output.status),
+        )?;
+        let counts: Vec<u64> = text
+            .split_whitespace()
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        let [acquired, failed, overlapped] = counts[..] else {
+            return Err(format!("worker printed {text:?}").into());
+        };
+        println!("  {set}: {acquired} acquisitions, {failed} failed calls, {overlapped} overlaps");
+        overlaps += overlapped;
+        total += acquired;
+        least = least.min(acquired);
+    }
+    println!("  {total} acquisitions in all");
+    check(overlaps == 0, format!("{overlaps} overlaps"))?;
+    check(
+        least >= 10,
+        format!("a process made too little progress: {least}"),
+    )
+}
+
+const TESTS: [&str; 6] = [
+    "a_lost_round_leaves_no_key_behind",
+    "one_guard_extends_and_releases_every_key",
+    "a_plain_lock_on_a_member_excludes_the_set",
+    "the_fencing_token_passes_every_member",
+    "bad_sets_are_refused_before_any_round",
+    "overlapping_sets_in_opposite_orders_make_progress",
+];
+
+fn run(name: &str, exe: &std::path::Path, runtime: &tokio::runtime::Runtime) -> Outcome {
+    let limit = Duration::from_secs(120);
+    let bounded = |test: std::pin::Pin<Box<dyn std::future::Future<Output = Outcome>>>| {
+        runtime.block_on(async {
+            tokio::time::timeout(limit, test)
+                .await
+                .unwrap_or_else(|_| Err(format!("not done in {limit:?}").into()))
+        })
+    };
+    match name {
+        "a_lost_round_leaves_no_key_behind" => {
+            bounded(Box::pin(a_lost_round_leaves_no_key_behind()))
+        }
+        "one_guard_extends_and_releases_every_key" => {
+            bounded(Box::pin(one_guard_extends_and_releases_every_key()))
+        }
+        "a_plain_lock_on_a_member_excludes_the_set" => {
+            bounded(Box::pin(a_plain_lock_on_a_member_excludes_the_set()))
+        }
+        "the_fencing_token_passes_every_member" => {
+            bounded(Box::pin(the_fencing_token_passes_every_member()))
+        }
+        "bad_sets_are_refused_before_any_round" => {
+            bounded(Box::pin(bad_sets_are_refused_before_any_round()))
+        }
+        _ => overlapping_sets_in_opposite_orders_make_progress(exe),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = support::runtime().expect("tokio runtime");
+    if args.first().map(String::as_str) == Some("--worker") {
+        let outcome = match &args[1..] {
+            [tasks, seconds, checker, resources, nodes @ ..] => {
+                match (tasks.parse(), seconds.parse()) {
+                    (Ok(tasks), Ok(seconds)) => {
+                        runtime.block_on(worker(tasks, seconds, checker, resources, nodes))
+                    }
+                    _ => Err("bad TASKS or SECONDS".into()),
+                }
+            }
+            _ => Err("--worker TASKS SECONDS CHECKER RESOURCES NODE...".into()),
+        };
+        return match outcome {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("worker: {err}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    // `cargo test` passes harness flags; a filter that names no test here runs nothing.
+    let filter = args.iter().find(|arg| !arg.starts_with('-'));
+    let exe = std::env::current_exe().expect("own executable");
+    let (mut ran, mut failed) = (0, 0);
+    for name in TESTS {
+        if filter.is_some_and(|filter| !name.contains(filter.as_str())) {
+            continue;
+        }
+        ran += 1;
+        println!("test {name} ...");
+        match run(name, &exe, &runtime) {
+            Ok(()) => println!("test {name} ... ok"),
+            Err(err) => {
+                println!("test {name} ... FAILED: {err}");
+                failed += 1;
+            }
+        }
+    }
+    println!("{} passed, {failed} failed", ran - failed);
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
