@@ -62,6 +62,10 @@ const TTL: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 enum Client {
     Quorlock(quorlock::Redlock),
+    /// quorlock's read hold of a read-write lock (in the quorlock column).
+    QuorlockRead(quorlock::Redlock),
+    /// quorlock's write hold of a read-write lock (in the quorlock column).
+    QuorlockWrite(quorlock::Redlock),
     Rslock(rslock::LockManager),
     Floor(Arc<Floor>),
 }
@@ -75,7 +79,7 @@ enum Held {
 impl Client {
     fn name(&self) -> &'static str {
         match self {
-            Client::Quorlock(_) => "quorlock",
+            Client::Quorlock(_) | Client::QuorlockRead(_) | Client::QuorlockWrite(_) => "quorlock",
             Client::Rslock(_) => "rslock",
             Client::Floor(_) => "floor",
         }
@@ -86,6 +90,12 @@ impl Client {
     async fn lock(&self, resource: &str) -> Option<Held> {
         match self {
             Client::Quorlock(redlock) => redlock.lock(resource, TTL).await.ok().map(Held::Quorlock),
+            Client::QuorlockRead(redlock) => {
+                redlock.read(resource, TTL).await.ok().map(Held::Quorlock)
+            }
+            Client::QuorlockWrite(redlock) => {
+                redlock.write(resource, TTL).await.ok().map(Held::Quorlock)
+            }
             Client::Rslock(manager) => manager.lock(resource, TTL).await.ok().map(Held::Rslock),
             Client::Floor(floor) => floor
                 .lock(resource)
@@ -903,10 +913,33 @@ async fn run(quick: bool, urls: &[String], json_path: &str, layout: &str) -> Res
         {
             table.put("latency, fenced", nodes, "p50 µs", "floor", floor);
         }
+        // The read-write lock's two holds, beside the plain lock.
+        let plain = quorlock::Redlock::builder(urls).build()?;
+        let rw = [
+            (Client::QuorlockRead(plain.clone()), "read"),
+            (Client::QuorlockWrite(plain), "write"),
+        ];
+        for (client, kind) in &rw {
+            let one = std::slice::from_ref(client);
+            latency(
+                &mut Table::default(),
+                one,
+                nodes,
+                cycles.min(200),
+                "latency",
+            )
+            .await;
+            latency(&mut table, one, nodes, cycles, &format!("latency, {kind}")).await;
+        }
         eprintln!("N = {nodes}: throughput");
-        // Fenced beside unfenced, in turns with the others.
+        // Fenced and the read-write holds beside unfenced, in turns with the others.
+        let rw_workloads: Vec<(&Client, String)> = rw
+            .iter()
+            .map(|(client, kind)| (client, format!("throughput, {kind}")))
+            .collect();
         let both = (set.iter().map(|c| (c, "throughput")))
             .chain(fenced.iter().map(|c| (c, "throughput, fenced")))
+            .chain(rw_workloads.iter().map(|(c, w)| (*c, w.as_str())))
             .collect::<Vec<_>>();
         throughput(&mut table, &both, nodes, window).await;
         eprintln!("N = {nodes}: allocations, requests");

@@ -46,6 +46,44 @@
 //! granted only when all its keys are free, so callers queued for one of
 //! them go first, and a key that always has waiters keeps the set waiting
 //! until its patience ends.
+//!
+//! # Read-write locks
+//!
+//! A read-write lock on a resource uses three keys beside the resource's
+//! key, on each node: the writer's key (a string: the writer's token, with
+//! its TTL), the readers' set (each reader's token, scored by the time on
+//! the node's clock at which its hold ends; the set's own TTL covers the
+//! latest end) and a waiting writer's intent (a string with a short TTL).
+//! A reader's round (`scripts::READ`) is granted on a node only when neither
+//! the writer's key nor an intent exists there; a writer's round
+//! (`scripts::WRITE`) only when the writer's key is absent and no reader's
+//! hold is left (ended entries are dropped first, by the node's clock).
+//! Either wins as the mutex does: a quorum of grants, validity left.
+//!
+//! Why a writer and another holder are never both valid: each needed a
+//! quorum, and two quorums share a node `n`. Whichever reached `n` second
+//! found the other's entry there — a writer finds a reader's entry until
+//! its end, which is at least the reader's round start plus its TTL on any
+//! clock within the drift bound, past the reader's validity; a reader or a
+//! writer finds the writer's key until its TTL, likewise — and was refused
+//! at `n`; a grant at `n` could only come after that entry ended, when the
+//! earlier holder's validity was already over. Two readers may share, as
+//! they should. Readers do not touch each other's entries: a reader's
+//! extension (`READ_EXTEND`) renews only its own entry, and only while it
+//! has not ended, and raises the set's TTL, never lowers it; a release
+//! (`READ_RELEASE`) removes only its own entry. A writer's extension and
+//! release are the plain lock's scripts on the writer's key. It assumes
+//! what the mutex assumes. Nodes that disagree (a reader's entry on one, a
+//! writer's key on another) only withhold grants.
+//!
+//! The intent only withholds: a waiting writer's refused round leaves it
+//! (unless another writer's is there), and while it exists no reader is
+//! granted on that node. It lives for the waiter lifetime or three retry
+//! delays, renewed by each round of the writer, and the call's end removes
+//! it from every node ([`Intent`]). Once it is on a quorum, no reader can
+//! win, so the writer waits only for the readers already in. The cost is on
+//! the readers' side: writers that wait all the time keep readers out
+//! (writers are preferred).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -61,7 +99,7 @@ use crate::guard::LockGuard;
 use crate::notify::{Gates, Listening};
 use crate::queue::{self, Place};
 use crate::quorum::{self, Ttl, Votes};
-use crate::request::{LockId, OtherKeys, Request};
+use crate::request::{INTENT_SUFFIX, LockId, OtherKeys, Request, Shape, new_token};
 use crate::round::{NodeSet, Round, Until};
 use crate::standing::NotReady;
 
@@ -76,7 +114,32 @@ pub(crate) async fn acquire(
 ) -> Result<LockGuard> {
     let key = engine.key(resource)?;
     let resources = std::slice::from_ref(&resource);
-    start(engine, resources, (key, None), ttl, waits).await
+    start(engine, resources, (key, Shape::One), ttl, waits).await
+}
+
+/// Takes a read hold (`write` false) or the write hold of the read-write
+/// lock on `resource`: one round (`waits` false), or rounds after the
+/// jittered retry delay until the call's patience ends; a waiting writer
+/// leaves its intent on the nodes that refused it, so that no new reader is
+/// granted there meanwhile (see `Redlock::write`).
+pub(crate) async fn acquire_rw(
+    engine: &Arc<Engine>,
+    resource: &[u8],
+    ttl: Duration,
+    waits: bool,
+    write: bool,
+) -> Result<LockGuard> {
+    let key = engine.key(resource)?;
+    let resources = std::slice::from_ref(&resource);
+    let shape = if write {
+        Shape::Write {
+            intent: waits.then(new_token),
+            intent_ms: engine.config.intent_ms(),
+        }
+    } else {
+        Shape::Read
+    };
+    start(engine, resources, (key, shape), ttl, waits).await
 }
 
 /// Takes the locks on every one of `resources` at once, all or none: one
@@ -113,19 +176,24 @@ pub(crate) async fn acquire_all(
         });
     };
     let others: OtherKeys = keys.collect();
-    let others = (!others.is_empty()).then_some(others);
+    let shape = if others.is_empty() {
+        Shape::One
+    } else {
+        Shape::All(others)
+    };
     let mut resources = resources.to_vec();
     resources.sort();
     resources.dedup();
-    start(engine, &resources, (key, others), ttl, waits).await
+    start(engine, &resources, (key, shape), ttl, waits).await
 }
 
-/// The start shared by [`acquire`] and [`acquire_all`]: the lock's keys
-/// (the first, and the others of a lock on several resources) are checked.
+/// The start shared by [`acquire`], [`acquire_all`] and [`acquire_rw`]:
+/// the lock's key (the first of several) is checked, and `shape` says what
+/// kind of lock it is.
 async fn start(
     engine: &Arc<Engine>,
     resources: &[&[u8]],
-    (key, others): (Arc<[u8]>, Option<OtherKeys>),
+    (key, shape): (Arc<[u8]>, Shape),
     ttl: Duration,
     waits: bool,
 ) -> Result<LockGuard> {
@@ -142,14 +210,25 @@ async fn start(
     Error::ensure_runtime()?;
     first_contact(engine, resources, deadline).await?;
     let span = tracing::debug_span!("quorlock.lock", resource = %show_resources(resources), ttl_ms = ttl.millis);
-    // A lock on several resources does not queue: it retries.
-    let queues = waits && others.is_none();
+    // Only a plain lock queues; the others retry.
+    let queues = waits && matches!(shape, Shape::One);
+    let intent = match &shape {
+        Shape::Write {
+            intent: Some(id), ..
+        } => Some(Intent {
+            engine: engine.clone(),
+            entry: LockId::plain(key_with(&key, INTENT_SUFFIX), id.clone()),
+            left: false,
+        }),
+        _ => None,
+    };
     let acquisition = Acquisition {
         engine,
         waiting: queues.then(|| Waiting::new(engine, &key)),
-        retries: waits && others.is_some(),
+        retries: waits && !queues,
+        intent,
         key,
-        others,
+        shape,
         resources,
         ttl,
         deadline,
@@ -190,8 +269,8 @@ struct Acquisition<'a> {
     engine: &'a Arc<Engine>,
     /// The lock's key (of a lock on several resources, its first).
     key: Arc<[u8]>,
-    /// The other keys of a lock on several resources.
-    others: Option<OtherKeys>,
+    /// What kind of lock it is.
+    shape: Shape,
     /// The resource names, for errors and logs.
     resources: &'a [&'a [u8]],
     ttl: Ttl,
@@ -201,8 +280,10 @@ struct Acquisition<'a> {
     /// lock on several resources.
     waiting: Option<Waiting>,
     /// Whether a lost round is followed by another after the jittered retry
-    /// delay, without a queue (`lock_all`).
+    /// delay, without a queue (`lock_all`, `read`, `write`).
     retries: bool,
+    /// A waiting writer's intent, removed from every node once the call ends.
+    intent: Option<Intent>,
     attempt: u32,
     /// Set when a handoff notification ended the wait: the next round is a
     /// claim, sent to each node once it notified.
@@ -265,7 +346,7 @@ impl Acquisition<'_> {
     /// cancelled), the round finishes in the background and then releases
     /// whatever it set.
     async fn round(&mut self) -> InFlight {
-        let lock = LockId::fresh(&self.key, self.others.as_ref());
+        let lock = LockId::fresh(&self.key, &self.shape);
         let (request, gates) = self.take_turn(lock.clone());
         let start = Instant::now();
         let to = gates.as_ref().map_or(To::All, To::Gated);
@@ -288,6 +369,10 @@ impl Acquisition<'_> {
         }
         in_flight.decided_after = start.elapsed();
         let (elapsed, votes) = (in_flight.decided_after, in_flight.round.votes);
+        if let Some(intent) = &mut self.intent {
+            // A refusal may have left the intent; the call's end removes it.
+            intent.left |= votes.refused > 0 || votes.failed > 0;
+        }
         tracing::debug!(
             attempt = self.attempt,
             granted = votes.granted,
@@ -326,6 +411,10 @@ impl Acquisition<'_> {
         let Some(counter_key) = self.engine.config.counter_key() else {
             return Ok(None);
         };
+        // A reader has no fencing token (see `Redlock::read`).
+        if matches!(self.shape, Shape::Read) {
+            return Ok(None);
+        }
         // A won round's counted grants carry counters: the quorum guarantees one.
         let fencing_token = in_flight.round.highest_counter().unwrap_or(0);
         let request = Request::WriteBack {
@@ -579,11 +668,7 @@ impl Waiting {
     /// waiter id as the token; `None` before it had an id.
     fn entry(&self) -> Option<LockId> {
         let waiter = self.waiter.clone()?;
-        Some(LockId {
-            key: self.key.clone(),
-            token: waiter,
-            others: None,
-        })
+        Some(LockId::plain(self.key.clone(), waiter))
     }
 
     /// After a lost round in the queue, in which the nodes that queued the
@@ -641,6 +726,40 @@ impl Drop for Waiting {
             tracing::debug!("lock call ended outside a tokio runtime: its queue entries expire");
         }
     }
+}
+
+/// A waiting writer's intent (see `Redlock::write`): once a round of the
+/// call was refused (or failed) anywhere, the call's end, however it ends,
+/// removes the intent from every node in the background (where it is still
+/// ours: a compare-and-delete), so that readers need not wait for its TTL.
+struct Intent {
+    engine: Arc<Engine>,
+    /// The intent key, with the writer's intent id as the token.
+    entry: LockId,
+    /// Whether a round may have left it on a node.
+    left: bool,
+}
+
+impl Drop for Intent {
+    fn drop(&mut self) {
+        if !self.left {
+            return;
+        }
+        let (engine, entry) = (self.engine.clone(), self.entry.clone());
+        let remove = async move {
+            engine
+                .release(&entry, Place::None, To::All, Until::All)
+                .await;
+        };
+        if !self.engine.background.spawn(remove) {
+            tracing::debug!("write call ended outside a tokio runtime: its intent expires");
+        }
+    }
+}
+
+/// `key` followed by `suffix`.
+fn key_with(key: &[u8], suffix: &str) -> Arc<[u8]> {
+    key.iter().chain(suffix.as_bytes()).copied().collect()
 }
 
 /// One acquire round in flight and the lock it asked for. Until it is won

@@ -44,6 +44,15 @@ impl Config {
         self.fencing.then_some(&self.fencing_counter_key)
     }
 
+    /// How long a waiting writer's intent lives after the round that left it,
+    /// in ms: the waiter lifetime, or three retry delays (with their
+    /// jitter) when longer, so that the writer's next round renews it first.
+    pub(crate) fn intent_ms(&self) -> u64 {
+        let rounds = (self.retry_delay + self.retry_jitter).saturating_mul(3);
+        let lifetime = crate::queue::WAITER_LIFETIME.max(rounds);
+        u64::try_from(lifetime.as_millis()).unwrap_or(u64::MAX)
+    }
+
     /// Retries allowed after the first round: the configured count; with none
     /// configured, the default, or no limit when an acquire timeout bounds the wait.
     /// Zero makes `lock` one round; otherwise [`patience`](Self::patience) bounds it.

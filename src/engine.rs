@@ -18,6 +18,7 @@ use crate::node::Node;
 use crate::notify::{Gates, Notifications};
 use crate::queue::{self, Place};
 use crate::quorum::{self, Ttl};
+use crate::request::{INTENT_SUFFIX, READ_SUFFIX, WRITE_SUFFIX};
 use crate::request::{LockId, Request, new_token};
 use crate::round::{NodeSet, Round, Until};
 use crate::standing::{self, NotReady, RestartPolicy, Standings};
@@ -149,6 +150,16 @@ impl Engine {
         }
         if key[prefix.len()..] == *standing::RECORD_SUFFIX.as_bytes() {
             return invalid("its key is the nodes' record's (see `Redlock::RECORD_SUFFIX`)".into());
+        }
+        if [WRITE_SUFFIX, READ_SUFFIX, INTENT_SUFFIX]
+            .iter()
+            .any(|suffix| key.ends_with(suffix.as_bytes()))
+        {
+            return invalid(
+                "its key ends like the keys of a read-write lock \
+                 (`:quorlock-write`, `:quorlock-read`, `:quorlock-intent`)"
+                    .into(),
+            );
         }
         if queue::is_queue_key(&key) {
             return invalid(

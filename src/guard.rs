@@ -110,7 +110,7 @@ impl LockGuard {
     }
 
     pub(crate) fn shown_resource(&self) -> String {
-        if self.lock.others.is_none() {
+        if !matches!(self.lock.shape, crate::request::Shape::All(_)) {
             return show_resource(self.resource());
         }
         show_resources(&self.resources().collect::<Vec<_>>())

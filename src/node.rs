@@ -24,7 +24,7 @@ use redis::{Client, Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 use crate::answer::{Answer, NodeError, NodeErrorKind, NotCounted};
 use crate::connection::{self, Link};
 use crate::queue::{self, Place};
-use crate::request::{LockId, Request};
+use crate::request::{INTENT_SUFFIX, LockId, READ_SUFFIX, Request, Shape, WRITE_SUFFIX};
 use crate::scripts;
 use crate::standing::Standings;
 use crate::tasks::{self, Background};
@@ -449,26 +449,7 @@ fn plan(request: &Request) -> (Purpose, Call, Reply) {
             lock,
             ttl_ms,
             counter_key,
-        } if lock.others.is_some() => {
-            let fenced = counter_key.is_some();
-            let call = acquire_all(lock, *ttl_ms, counter_key.as_deref());
-            (Purpose::Vote, call, Reply::AllOrNone { fenced })
-        }
-        Request::Acquire {
-            lock,
-            ttl_ms,
-            counter_key,
-        } => {
-            let reply = match counter_key {
-                Some(_) => Reply::Fenced,
-                None => Reply::SetNx,
-            };
-            (
-                Purpose::Vote,
-                acquisition(lock, *ttl_ms, counter_key),
-                reply,
-            )
-        }
+        } => acquire_plan(lock, *ttl_ms, counter_key),
         Request::Wait {
             lock,
             ttl_ms,
@@ -499,16 +480,70 @@ fn plan(request: &Request) -> (Purpose, Call, Reply) {
     }
 }
 
-/// The extend script's call (of a lock on several resources: the script
-/// that extends them all or none).
+/// What a [`Request::Acquire`] sends, by the lock's shape, and how its
+/// reply reads.
+fn acquire_plan(
+    lock: &LockId,
+    ttl_ms: u64,
+    counter_key: &Option<Arc<[u8]>>,
+) -> (Purpose, Call, Reply) {
+    let fenced = counter_key.is_some();
+    match &lock.shape {
+        Shape::One => {
+            let reply = if fenced { Reply::Fenced } else { Reply::SetNx };
+            (Purpose::Vote, acquisition(lock, ttl_ms, counter_key), reply)
+        }
+        Shape::All(_) => {
+            let call = acquire_all(lock, ttl_ms, counter_key.as_deref());
+            (Purpose::Vote, call, Reply::AllOrNone { fenced })
+        }
+        Shape::Read => {
+            let mut cmd = evalsha(&scripts::READ, 3, 2);
+            cmd.arg(lock.sibling(READ_SUFFIX))
+                .arg(lock.sibling(WRITE_SUFFIX))
+                .arg(lock.sibling(INTENT_SUFFIX))
+                .arg(&*lock.token)
+                .arg(ttl_ms);
+            (Purpose::Vote, script(cmd, &scripts::READ), Reply::YesNo)
+        }
+        Shape::Write { intent, intent_ms } => {
+            let mut cmd = evalsha(&scripts::WRITE, 3 + usize::from(fenced), 4);
+            cmd.arg(lock.sibling(WRITE_SUFFIX))
+                .arg(lock.sibling(READ_SUFFIX))
+                .arg(lock.sibling(INTENT_SUFFIX));
+            if let Some(counter_key) = counter_key {
+                cmd.arg(&**counter_key);
+            }
+            cmd.arg(&*lock.token)
+                .arg(ttl_ms)
+                .arg(intent.as_deref().unwrap_or(""))
+                .arg(*intent_ms);
+            (
+                Purpose::Vote,
+                script(cmd, &scripts::WRITE),
+                Reply::AllOrNone { fenced },
+            )
+        }
+    }
+}
+
+/// The extend script's call, by the lock's shape: a plain lock's (on a
+/// writer's key too), the one that extends several keys all or none, or a
+/// reader's.
 fn extension(lock: &LockId, ttl_ms: u64) -> Call {
-    let extend = match lock.others {
-        None => &scripts::EXTEND,
-        Some(_) => &scripts::EXTEND_ALL,
+    let (extend, keys): (&'static Script, Vec<std::borrow::Cow<'_, [u8]>>) = match &lock.shape {
+        Shape::All(_) => (&scripts::EXTEND_ALL, lock.keys().map(Into::into).collect()),
+        Shape::Read => (
+            &scripts::READ_EXTEND,
+            vec![lock.sibling(READ_SUFFIX).into()],
+        ),
+        Shape::One | Shape::Write { .. } => {
+            (&scripts::EXTEND, lock.held_key().into_iter().collect())
+        }
     };
-    let mut cmd = evalsha(extend, lock.key_count(), 2);
-    for key in lock.keys() {
-        cmd.arg(key);
+    let mut cmd = evalsha(extend, keys.len(), 2);
+    for key in &keys {
+        cmd.arg(&**key);
     }
     cmd.arg(&*lock.token).arg(ttl_ms);
     script(cmd, extend)
@@ -517,7 +552,11 @@ fn extension(lock: &LockId, ttl_ms: u64) -> Call {
 /// The fencing write-back script's call.
 fn write_back(lock: &LockId, counter_key: &[u8], fencing_token: u64) -> Call {
     let mut cmd = evalsha(&scripts::FENCE_WRITE_BACK, 2, 2);
-    cmd.arg(&*lock.key)
+    // A reader has no fencing token, so no write-back: its key is not a string.
+    let held = lock
+        .held_key()
+        .unwrap_or(std::borrow::Cow::Borrowed(&*lock.key));
+    cmd.arg(&*held)
         .arg(counter_key)
         .arg(&*lock.token)
         .arg(fencing_token);
@@ -528,18 +567,29 @@ fn write_back(lock: &LockId, counter_key: &[u8], fencing_token: u64) -> Call {
 /// that releases them all, which takes no waiter's place: such a lock never
 /// waits in a queue).
 fn release(lock: &LockId, place: &Place) -> Call {
-    if lock.others.is_some() {
-        let mut cmd = evalsha(&scripts::RELEASE_ALL, lock.key_count(), 1);
-        for key in lock.keys() {
-            cmd.arg(key);
+    let single = |release: &'static Script, key: &[u8]| {
+        let mut cmd = evalsha(release, 1, 1);
+        cmd.arg(key).arg(&*lock.token);
+        script(cmd, release)
+    };
+    match &lock.shape {
+        Shape::One => {
+            let mut cmd = evalsha(&scripts::RELEASE, 1, 4);
+            cmd.arg(&*lock.key).arg(&*lock.token);
+            place_args(&mut cmd, place);
+            script(cmd, &scripts::RELEASE)
         }
-        cmd.arg(&*lock.token);
-        return script(cmd, &scripts::RELEASE_ALL);
+        Shape::All(_) => {
+            let mut cmd = evalsha(&scripts::RELEASE_ALL, lock.key_count(), 1);
+            for key in lock.keys() {
+                cmd.arg(key);
+            }
+            cmd.arg(&*lock.token);
+            script(cmd, &scripts::RELEASE_ALL)
+        }
+        Shape::Read => single(&scripts::READ_RELEASE, &lock.sibling(READ_SUFFIX)),
+        Shape::Write { .. } => single(&scripts::RELEASE, &lock.sibling(WRITE_SUFFIX)),
     }
-    let mut cmd = evalsha(&scripts::RELEASE, 1, 4);
-    cmd.arg(&*lock.key).arg(&*lock.token);
-    place_args(&mut cmd, place);
-    script(cmd, &scripts::RELEASE)
 }
 
 /// The all-or-nothing acquire script's call for a lock on several

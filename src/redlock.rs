@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redis::Client;
 
-use crate::acquire::{acquire, acquire_all};
+use crate::acquire::{acquire, acquire_all, acquire_rw};
 use crate::config::RedlockBuilder;
 use crate::engine::{self, Engine};
 use crate::error::{BuildError, Error, Result};
@@ -275,6 +275,104 @@ impl Redlock {
         let resources: Vec<R> = resources.into_iter().collect();
         let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
         acquire_all(&self.engine, &names, ttl, false).await
+    }
+
+    /// Takes a read hold of the read-write lock on `resource`: any number of
+    /// readers hold it together, and no writer while one does.
+    ///
+    /// A read-write lock on a resource is a lock of its own, apart from the
+    /// plain lock ([`lock`](Self::lock)) on the same name: its keys are the
+    /// resource's key followed by `:quorlock-write` (the writer's token),
+    /// `:quorlock-read` (the readers: each reader's entry ends on its own,
+    /// so readers with different TTLs neither extend nor shorten each other)
+    /// and `:quorlock-intent` (a waiting writer). Each round runs one script
+    /// per node, granted there only when no writer holds the lock and no
+    /// writer waits; a quorum of grants with validity left wins, as for the
+    /// plain lock. The guard's `extend`, `unlock`, `run`, `forget` and Drop
+    /// act on this reader's entry only.
+    ///
+    /// A reader has no fencing token ([`LockGuard::fencing_token`] is
+    /// `None`): readers do not write, and one that must, takes the write
+    /// hold.
+    ///
+    /// The call does not queue: a refused round is followed by another
+    /// after the jittered retry delay until the call's patience ends (as for
+    /// `lock`). While a writer waits, new readers are refused (see
+    /// [`write`](Self::write)).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock): [`Error::Contended`] when a writer held the
+    /// lock, or waited, on every attempt.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock`](Self::lock).
+    pub async fn read(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<LockGuard> {
+        let waits = self.engine.config.retries() > 0;
+        acquire_rw(&self.engine, resource.as_ref(), ttl, waits, false).await
+    }
+
+    /// Makes one round for a read hold (as [`read`](Self::read)).
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](Self::read), after a single round.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock`](Self::lock).
+    pub async fn try_read(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<LockGuard> {
+        acquire_rw(&self.engine, resource.as_ref(), ttl, false, false).await
+    }
+
+    /// Takes the write hold of the read-write lock on `resource` (see
+    /// [`read`](Self::read)): granted on a node only when no writer holds
+    /// the lock there and no reader's hold is left; a quorum of grants with
+    /// validity left wins.
+    ///
+    /// **No writer starvation.** A refused round leaves the writer's
+    /// *intent* on each node that refused it (unless another writer's
+    /// intent is there), and no new reader is granted on a node with an
+    /// intent. Once a quorum of nodes holds it, no reader can win a round,
+    /// so the writer waits at most for the readers already in: the longest
+    /// remaining hold among them (their TTL, unless they keep extending),
+    /// then one retry delay. The intent lives for
+    /// [`WAITER_LIFETIME`](Self::WAITER_LIFETIME) or three retry delays,
+    /// whichever is longer, and each round of the writer renews it; a
+    /// writer that died stops blocking readers when it expires, and a call
+    /// that ends (won, given up or dropped) removes it from every node in
+    /// the background. A writer whose intent came second waits behind the
+    /// first (a [`try_write`](Self::try_write) is refused while an intent is there).
+    ///
+    /// With fencing on, the guard's token is larger than every earlier
+    /// writer's of this resource (and than every plain lock's token taken
+    /// before it from the same counter).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock`](Self::lock); the intent is removed in the background.
+    pub async fn write(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<LockGuard> {
+        let waits = self.engine.config.retries() > 0;
+        acquire_rw(&self.engine, resource.as_ref(), ttl, waits, true).await
+    }
+
+    /// Makes one round for the write hold (as [`write`](Self::write)),
+    /// leaving no intent.
+    ///
+    /// # Errors
+    ///
+    /// As [`write`](Self::write), after a single round.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock`](Self::lock).
+    pub async fn try_write(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<LockGuard> {
+        acquire_rw(&self.engine, resource.as_ref(), ttl, false, true).await
     }
 
     /// Takes the lock (as [`lock`](Self::lock)), runs `work` under it (as

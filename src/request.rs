@@ -7,8 +7,44 @@ use std::sync::Arc;
 
 use crate::queue::Place;
 
-/// The other keys of a lock on several resources (see [`LockId::others`]).
+/// The other keys of a lock on several resources (see [`Shape::All`]).
 pub(crate) type OtherKeys = Arc<[Arc<[u8]>]>;
+
+/// What follows a read-write lock's key (the key prefix and the resource
+/// name) in the key of its writer: a string, the writer's token, with the
+/// lock's TTL, as a plain lock's key.
+pub(crate) const WRITE_SUFFIX: &str = ":quorlock-write";
+/// What follows a read-write lock's key in the key of its readers: a sorted
+/// set of reader tokens by the time, on the node's clock in ms, at which
+/// each reader's hold ends; the set's own TTL covers the latest.
+pub(crate) const READ_SUFFIX: &str = ":quorlock-read";
+/// What follows a read-write lock's key in the key of a waiting writer's
+/// intent: the writer's id, with a short TTL that the writer's rounds
+/// renew; while it exists, no reader is granted there.
+pub(crate) const INTENT_SUFFIX: &str = ":quorlock-intent";
+
+/// Which kind of lock a [`LockId`] is, and so which keys and scripts its
+/// rounds use.
+#[derive(Debug, Clone)]
+pub(crate) enum Shape {
+    /// A plain lock: one key, `SET NX`.
+    One,
+    /// A lock on several resources ([`lock_all`](crate::Redlock::lock_all)):
+    /// its other keys, after `key`, in byte order, none twice. One token
+    /// holds them all.
+    All(OtherKeys),
+    /// A reader of the read-write lock on `key` (its entry in the readers'
+    /// set).
+    Read,
+    /// The writer of the read-write lock on `key` (the writer's key), with
+    /// the id its rounds leave as the writer's intent while it waits
+    /// (`None`: one round, no intent), and how long, in ms, an intent lives
+    /// after the round that left it.
+    Write {
+        intent: Option<Arc<str>>,
+        intent_ms: u64,
+    },
+}
 
 /// One lock's identity on the nodes: its key (its keys, for a lock on
 /// several resources) and the token that marks it as ours. They always
@@ -16,37 +52,68 @@ pub(crate) type OtherKeys = Arc<[Arc<[u8]>]>;
 #[derive(Debug, Clone)]
 pub(crate) struct LockId {
     /// The Redis key: the key prefix followed by the resource name (of a
-    /// lock on several resources, the first of its keys in byte order).
+    /// lock on several resources, the first of its keys in byte order; of a
+    /// read-write lock, the key its writer, readers and intent keys start with).
     pub(crate) key: Arc<[u8]>,
     /// The random token that only this holder knows (a waiter's id, when a
     /// waiter leaves the queue: it matches only a reservation for it).
     pub(crate) token: Arc<str>,
-    /// A lock on several resources ([`lock_all`](crate::Redlock::lock_all)):
-    /// its other keys, after `key`, in byte order, none twice; `None` for a
-    /// lock on one resource. One token holds them all.
-    pub(crate) others: Option<OtherKeys>,
+    /// Which kind of lock it is.
+    pub(crate) shape: Shape,
 }
 
 impl LockId {
-    /// A fresh identity for `key` (and `others`, for a lock on several
-    /// resources): a new random token (see [`new_token`]).
-    pub(crate) fn fresh(key: &Arc<[u8]>, others: Option<&OtherKeys>) -> Self {
+    /// A fresh identity for `key` (and the keys or kind `shape` names): a
+    /// new random token (see [`new_token`]).
+    pub(crate) fn fresh(key: &Arc<[u8]>, shape: &Shape) -> Self {
         LockId {
             key: key.clone(),
             token: new_token(),
-            others: others.cloned(),
+            shape: shape.clone(),
         }
     }
 
-    /// Every key of the lock, `key` first.
+    /// A plain lock's identity.
+    pub(crate) fn plain(key: Arc<[u8]>, token: Arc<str>) -> Self {
+        LockId {
+            key,
+            token,
+            shape: Shape::One,
+        }
+    }
+
+    /// Every key of a plain lock or a lock on several resources, `key` first.
     pub(crate) fn keys(&self) -> impl Iterator<Item = &[u8]> {
-        let others = self.others.as_deref().unwrap_or(&[]);
+        let others = match &self.shape {
+            Shape::All(others) => &others[..],
+            _ => &[],
+        };
         std::iter::once(&*self.key).chain(others.iter().map(|key| &**key))
     }
 
-    /// How many keys the lock has.
+    /// How many keys [`keys`](Self::keys) gives.
     pub(crate) fn key_count(&self) -> usize {
-        1 + self.others.as_ref().map_or(0, |others| others.len())
+        match &self.shape {
+            Shape::All(others) => 1 + others.len(),
+            _ => 1,
+        }
+    }
+
+    /// The key of a read-write lock that ends with `suffix`.
+    pub(crate) fn sibling(&self, suffix: &str) -> Vec<u8> {
+        [&*self.key, suffix.as_bytes()].concat()
+    }
+
+    /// The key that holds our token as a string, as a plain lock's key does
+    /// (the extend, release and fencing scripts take it): the lock's key
+    /// (the first of several), or a writer's key; `None` for a reader, whose
+    /// token is an entry in the readers' set.
+    pub(crate) fn held_key(&self) -> Option<std::borrow::Cow<'_, [u8]>> {
+        match &self.shape {
+            Shape::One | Shape::All(_) => Some(std::borrow::Cow::Borrowed(&*self.key)),
+            Shape::Write { .. } => Some(std::borrow::Cow::Owned(self.sibling(WRITE_SUFFIX))),
+            Shape::Read => None,
+        }
     }
 }
 

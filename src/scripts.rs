@@ -286,6 +286,109 @@ end
 return 0"#
 );
 
+/// The Lua of the read-write lock's scripts: `clock_ms()`, the node's clock
+/// in ms, and `prune(readers)`, which drops the readers whose hold ended.
+macro_rules! rw_lua {
+    () => {
+        r#"local function clock_ms()
+    local time = redis.call("time")
+    return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+local function prune(readers, now)
+    redis.call("zremrangebyscore", readers, "-inf", now)
+end
+"#
+    };
+}
+
+/// Takes a read hold of a read-write lock. `KEYS`: the readers' set, the
+/// writer's key, the writers' intent key; `ARGV`: token, TTL in ms. Granted
+/// (1) only when no writer holds the lock and no writer's intent is there:
+/// the reader's entry ends at the node's clock plus the TTL, and the set
+/// lives at least that long (never shorter for the other readers).
+/// Otherwise 0, and nothing changes.
+pub(crate) static READ: LazyLock<Script> = LazyLock::new(|| Script::new(READ_CODE));
+const READ_CODE: &str = concat!(
+    rw_lua!(),
+    r#"if redis.call("exists", KEYS[2]) == 1 or redis.call("exists", KEYS[3]) == 1 then
+    return 0
+end
+local now = clock_ms()
+prune(KEYS[1], now)
+local ttl = tonumber(ARGV[2])
+redis.call("zadd", KEYS[1], string.format("%d", now + ttl), ARGV[1])
+if redis.call("pttl", KEYS[1]) < ttl then
+    redis.call("pexpire", KEYS[1], ttl)
+end
+return 1"#
+);
+
+/// Renews a read hold: `KEYS[1]` the readers' set, `ARGV`: token, TTL in
+/// ms. Only while our entry is there and its hold has not ended: it now
+/// ends at the node's clock plus the TTL (the set lives at least that long),
+/// 1; otherwise 0. Other readers' entries are not touched.
+pub(crate) static READ_EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(READ_EXTEND_CODE));
+const READ_EXTEND_CODE: &str = concat!(
+    rw_lua!(),
+    r#"local now = clock_ms()
+local ends = tonumber(redis.call("zscore", KEYS[1], ARGV[1]) or "0")
+if ends <= now then
+    return 0
+end
+local ttl = tonumber(ARGV[2])
+redis.call("zadd", KEYS[1], "XX", string.format("%d", now + ttl), ARGV[1])
+if redis.call("pttl", KEYS[1]) < ttl then
+    redis.call("pexpire", KEYS[1], ttl)
+end
+return 1"#
+);
+
+/// Gives up a read hold: removes our entry `ARGV[1]` from the readers' set
+/// `KEYS[1]`. 1 when it was there and its hold had not ended, 0 otherwise.
+pub(crate) static READ_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(READ_RELEASE_CODE));
+const READ_RELEASE_CODE: &str = concat!(
+    rw_lua!(),
+    r#"local ends = tonumber(redis.call("zscore", KEYS[1], ARGV[1]) or "0")
+redis.call("zrem", KEYS[1], ARGV[1])
+if ends > clock_ms() then
+    return 1
+end
+return 0"#
+);
+
+/// Takes the write hold of a read-write lock. `KEYS`: the writer's key, the
+/// readers' set, the writers' intent key and, with fencing on, the fencing
+/// counter; `ARGV`: token, TTL in ms, the writer's intent id (empty: none),
+/// the intent's TTL in ms. Granted only when no writer holds the lock, no
+/// reader's hold is left, and no other writer's intent is there: the
+/// writer's key is set (`SET PX`), our intent removed, `{1, counter}` (as
+/// [`WAIT`] gives it; 0 without fencing). Otherwise `{0, 0}`, and with an
+/// intent id the intent is set (or renewed) unless another writer's is
+/// there, so that no new reader is granted on this node meanwhile.
+pub(crate) static WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(WRITE_CODE));
+const WRITE_CODE: &str = concat!(
+    rw_lua!(),
+    counter_lua!(),
+    r#"prune(KEYS[2], clock_ms())
+local intent = redis.call("get", KEYS[3])
+local ours = ARGV[3] ~= "" and intent == ARGV[3]
+if (not intent or ours) and redis.call("exists", KEYS[1]) == 0
+    and redis.call("zcard", KEYS[2]) == 0 then
+    redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2])
+    if ours then
+        redis.call("del", KEYS[3])
+    end
+    if KEYS[4] then
+        return {1, next_counter(KEYS[4])}
+    end
+    return {1, 0}
+end
+if ARGV[3] ~= "" and (not intent or ours) then
+    redis.call("set", KEYS[3], ARGV[3], "PX", ARGV[4])
+end
+return {0, 0}"#
+);
+
 /// Reads `KEYS[1]` and its remaining TTL in one step: `nil` when absent, else
 /// `{value, pttl_ms}`. Fails with `WRONGTYPE` when the key is not a string.
 pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT_CODE));
@@ -346,6 +449,10 @@ pub(crate) fn for_client(fencing: bool) -> &'static [&'static str] {
             ACQUIRE_ALL_CODE,
             EXTEND_ALL_CODE,
             RELEASE_ALL_CODE,
+            READ_CODE,
+            READ_EXTEND_CODE,
+            READ_RELEASE_CODE,
+            WRITE_CODE,
             FENCE_SEED_CODE,
             FENCE_WRITE_BACK_CODE,
         ]
@@ -357,6 +464,10 @@ pub(crate) fn for_client(fencing: bool) -> &'static [&'static str] {
             ACQUIRE_ALL_CODE,
             EXTEND_ALL_CODE,
             RELEASE_ALL_CODE,
+            READ_CODE,
+            READ_EXTEND_CODE,
+            READ_RELEASE_CODE,
+            WRITE_CODE,
         ]
     }
 }

@@ -808,3 +808,106 @@ fn run_over_a_30_ms_link_with_defaults() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// `--read` runs share the lock (two at once, each waits to see the other
+/// in), a `--write` run is refused while they hold and succeeds after them.
+#[test]
+fn read_runs_share_and_a_write_run_waits_for_them() {
+    let nodes = servers(3);
+    let dir = scratch("rw");
+    let inside = dir.join("inside");
+    let section = format!(
+        "echo in >> {0}; while [ $(wc -l < {0}) -lt 2 ]; do sleep 0.05; done; sleep 1",
+        inside.display()
+    );
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            quorlock(&nodes)
+                .args([
+                    "run",
+                    "--read",
+                    "--resource",
+                    "cli:rw",
+                    "--ttl",
+                    "5s",
+                    "--wait",
+                    "10s",
+                ])
+                .args(["--", "timeout", "20", "sh", "-c", &section])
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let started = Instant::now();
+    while std::fs::read_to_string(&inside).map_or(0, |text| text.lines().count()) < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the readers never held together"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let refused =
+        output(quorlock(&nodes).args(["run", "--write", "--resource", "cli:rw", "--", "true"]));
+    assert_eq!(
+        refused.status.code(),
+        Some(EXIT_NOT_ACQUIRED),
+        "{refused:?}"
+    );
+    for mut reader in readers {
+        assert!(reader.wait().unwrap().success(), "a reader failed");
+    }
+    let written =
+        output(quorlock(&nodes).args(["run", "--write", "--resource", "cli:rw", "--", "true"]));
+    assert!(written.status.success(), "{written:?}");
+}
+
+/// A run on two resources holds both at once: a plain run on one of them is
+/// refused meanwhile, one on another resource is not; `--read` with two
+/// resources is a usage error.
+#[test]
+fn a_run_on_two_resources_excludes_a_run_on_either() {
+    let nodes = servers(3);
+    let mut holder = quorlock(&nodes)
+        .args([
+            "run",
+            "--resource",
+            "cli:a",
+            "--resource",
+            "cli:b",
+            "--ttl",
+            "5s",
+        ])
+        .args(["--", "sleep", "2"])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    for key in [b"quorlock:cli:a".as_slice(), b"quorlock:cli:b".as_slice()] {
+        wait_held_everywhere(
+            &nodes,
+            key,
+            Duration::from_secs(10),
+            "the set was not taken",
+        );
+    }
+    let refused = output(quorlock(&nodes).args(["run", "--resource", "cli:b", "--", "true"]));
+    assert_eq!(
+        refused.status.code(),
+        Some(EXIT_NOT_ACQUIRED),
+        "{refused:?}"
+    );
+    let other = output(quorlock(&nodes).args(["run", "--resource", "cli:c", "--", "true"]));
+    assert!(other.status.success(), "{other:?}");
+    assert!(holder.wait().unwrap().success());
+    let usage = output(quorlock(&nodes).args([
+        "run",
+        "--read",
+        "--resource",
+        "cli:a",
+        "--resource",
+        "cli:b",
+        "--",
+        "true",
+    ]));
+    assert_eq!(usage.status.code(), Some(2), "{usage:?}");
+}

@@ -113,9 +113,15 @@ struct NodeArgs {
 struct RunArgs {
     #[command(flatten)]
     nodes: NodeArgs,
-    /// The resource to lock.
+    /// The resource to lock. Repeat it to lock several resources at once, all or none.
+    #[arg(long, required = true)]
+    resource: Vec<String>,
+    /// Take a read hold of the read-write lock on RESOURCE (shared with other readers).
+    #[arg(long, conflicts_with = "write")]
+    read: bool,
+    /// Take the write hold of the read-write lock on RESOURCE (no readers, no other writer).
     #[arg(long)]
-    resource: String,
+    write: bool,
     /// Lock TTL; the lock is extended about a third of it before expiry. Forms: 500ms, 10s, 2m, 1h.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     ttl: Duration,
@@ -268,6 +274,12 @@ fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
 }
 
 async fn run(args: RunArgs) -> ExitCode {
+    if (args.read || args.write) && args.resource.len() > 1 {
+        eprintln!(
+            "quorlock: --read and --write take one --resource (a read-write lock is on one resource)\n\nFor more information, try '--help'."
+        );
+        return ExitCode::from(EXIT_USAGE);
+    }
     let wait = args.wait;
     let redlock = match client(&args.nodes, |builder| {
         // quorlock extends the lock itself (see the kill schedule).
@@ -304,11 +316,22 @@ async fn run(args: RunArgs) -> ExitCode {
     code
 }
 
+/// The lock `args` ask for: plain, on several resources, a read or the write
+/// hold of a read-write lock.
+async fn acquire(redlock: &Redlock, args: &RunArgs) -> quorlock::Result<quorlock::LockGuard> {
+    match &args.resource[..] {
+        [one] if args.read => redlock.read(one, args.ttl).await,
+        [one] if args.write => redlock.write(one, args.ttl).await,
+        [one] => redlock.lock(one, args.ttl).await,
+        several => redlock.lock_all(several, args.ttl).await,
+    }
+}
+
 async fn lock_and_run(redlock: &Redlock, args: &RunArgs, signals: &mut Forwarded) -> ExitCode {
     // Acquire; a signal while waiting gives up at once (nothing started yet;
     // what the round in flight set is released in the background).
     let acquired = tokio::select! {
-        acquired = redlock.lock(&args.resource, args.ttl) => acquired,
+        acquired = acquire(redlock, args) => acquired,
         signal = signals.next() => {
             eprintln!("quorlock: interrupted while waiting for the lock");
             return ExitCode::from(u8::try_from(128 + signal).unwrap_or(1));

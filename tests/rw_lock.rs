@@ -1,0 +1,613 @@
+//! Read-write locks against real servers: readers share (8 readers in 4
+//! processes hold together while no writer gets in), readers and writers in
+//! several processes never overlap while minority nodes are frozen and
+//! killed (a checker Redis counts both), a writer is not starved by a
+//! continuous stream of readers, and, in one process, what each script
+//! promises: independent reader TTLs, exclusion, a dead writer's intent
+//! expiring, a writer's token, names kept for the lock's own keys. The
+//! multi-process tests re-execute this binary as their workers, so this
+//! file has its own `main` (harness = false).
+
+mod support;
+
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use quorlock::{Error, Redlock};
+use support::RedisServer;
+
+type AnyError = Box<dyn std::error::Error + Send + Sync>;
+type Outcome = Result<(), AnyError>;
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// Fails with `what` unless `condition` holds.
+fn check(condition: bool, what: impl Into<String>) -> Outcome {
+    if condition {
+        Ok(())
+    } else {
+        Err(what.into().into())
+    }
+}
+
+/// A client for the workers: short retry delays, a long patience.
+fn worker_client(nodes: &[String]) -> Result<Redlock, AnyError> {
+    Ok(Redlock::builder(nodes)
+        .node_timeout(Duration::from_millis(200))
+        .retry_delay(Duration::from_millis(5))
+        .retry_jitter(Duration::from_millis(5))
+        .acquire_timeout(Duration::from_secs(10))
+        .build()?)
+}
+
+/// The critical section on the checker: a reader counts itself in `readers`
+/// and sees no writer; a writer counts itself in `writers`, alone, and sees
+/// no reader. Holds `hold`, counts itself out. Whether all was as it must be.
+async fn checked_hold(
+    checker: &mut redis::aio::MultiplexedConnection,
+    write: bool,
+    hold: Duration,
+) -> bool {
+    let (mine, other) = if write {
+        ("writers", "readers")
+    } else {
+        ("readers", "writers")
+    };
+    let inside: i64 = redis::cmd("INCR")
+        .arg(mine)
+        .query_async(checker)
+        .await
+        .unwrap_or(-1);
+    let others: i64 = redis::cmd("GET")
+        .arg(other)
+        .query_async::<Option<i64>>(checker)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(0);
+    tokio::task::block_in_place(|| std::thread::sleep(hold));
+    let _: redis::RedisResult<i64> = redis::cmd("DECR").arg(mine).query_async(checker).await;
+    others == 0 && (!write || inside == 1) && inside >= 1
+}
+
+/// One worker process: `tasks` tasks take read (`role` "read") or write
+/// holds of `rw:one` for `seconds`, each checked. Prints `acquisitions
+/// failed violations`.
+async fn worker(
+    role: &str,
+    tasks: usize,
+    seconds: u64,
+    checker: &str,
+    nodes: &[String],
+) -> Outcome {
+    let redlock = worker_client(nodes)?;
+    let write = role == "write";
+    let checker = redis::Client::open(checker)?
+        .get_multiplexed_async_connection()
+        .await?;
+    redlock.lock("rw:warm-up", TTL).await?.unlock().await?;
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let (redlock, mut checker, counts) = (redlock.clone(), checker.clone(), counts.clone());
+        handles.push(tokio::spawn(async move {
+            while Instant::now() < end {
+                let held = if write {
+                    redlock.write("rw:one", TTL).await
+                } else {
+                    redlock.read("rw:one", TTL).await
+                };
+                let Ok(guard) = held else {
+                    counts[1].fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
+                let hold = Duration::from_millis(if write { 1 } else { 3 });
+                if !checked_hold(&mut checker, write, hold).await {
+                    counts[2].fetch_add(1, Ordering::Relaxed);
+                }
+                let _ = guard.unlock().await;
+                counts[0].fetch_add(1, Ordering::Relaxed);
+                // A writer thinks between writes: writers that always wait
+                // keep their intent up and readers out (see `Redlock::write`).
+                if write {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }));
+    }
+    for handle in handles {
+        handle.await?;
+    }
+    redlock.flush().await;
+    let [acquired, failed, violations] = &*counts;
+    println!(
+        "{} {} {}",
+        acquired.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed),
+        violations.load(Ordering::Relaxed)
+    );
+    Ok(())
+}
+
+/// A process of two readers of `rw:share`: each holds its read hold until
+/// the checker counts 8 readers (all four processes' readers at once), then
+/// lets go.
+async fn sharing_readers(checker: &str, nodes: &[String]) -> Outcome {
+    let redlock = worker_client(nodes)?;
+    let checker = redis::Client::open(checker)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let mut handles = Vec::new();
+    for _ in 0..2 {
+        let (redlock, mut checker) = (redlock.clone(), checker.clone());
+        handles.push(tokio::spawn(async move {
+            let guard = redlock.read("rw:share", Duration::from_secs(30)).await?;
+            let _: i64 = redis::cmd("INCR")
+                .arg("sharing")
+                .query_async(&mut checker)
+                .await?;
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let together: i64 = redis::cmd("GET")
+                    .arg("sharing")
+                    .query_async(&mut checker)
+                    .await?;
+                if together >= 8 {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err::<(), AnyError>(format!("only {together} readers together").into());
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let _: i64 = redis::cmd("INCR")
+                .arg("leaving")
+                .query_async(&mut checker)
+                .await?;
+            guard.unlock().await?;
+            Ok(())
+        }));
+    }
+    for handle in handles {
+        handle.await??;
+    }
+    redlock.flush().await;
+    Ok(())
+}
+
+/// Spawns this binary as a worker with `args`, then the node URLs.
+fn spawn(exe: &std::path::Path, args: &[&str], nodes: &[String]) -> std::io::Result<Child> {
+    Command::new(exe)
+        .args(args)
+        .args(nodes)
+        .stdout(Stdio::piped())
+        .spawn()
+}
+
+/// 8 readers in 4 processes hold `rw:share` together (the checker counts all
+/// 8 at once), and no writer gets in meanwhile; then one does.
+fn eight_readers_in_four_processes_hold_together(
+    exe: &std::path::Path,
+    runtime: &tokio::runtime::Runtime,
+) -> Outcome {
+    let servers = support::servers(4);
+    let nodes = support::urls(&servers[1..]);
+    let checker = servers[0].url();
+    let mut readers: Vec<Child> = (0..4)
+        .map(|_| spawn(exe, &["--sharing-readers", &checker], &nodes))
+        .collect::<Result<_, _>>()?;
+    let writer = worker_client(&nodes)?;
+    let mut refused = 0;
+    let count = |name: &str| -> redis::RedisResult<i64> {
+        let value: Option<i64> = redis::cmd("GET")
+            .arg(name)
+            .query(&mut servers[0].connection())?;
+        Ok(value.unwrap_or(0))
+    };
+    runtime.block_on(async {
+        // From when all 8 are in until the first begins to leave: no writer.
+        let started = Instant::now();
+        while count("sharing")? < 8 {
+            check(
+                started.elapsed() < Duration::from_secs(60),
+                "the 8 readers never held together",
+            )?;
+            check(
+                readers.iter_mut().all(|r| matches!(r.try_wait(), Ok(None))),
+                "a reader process ended early",
+            )?;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        while count("leaving")? == 0 {
+            match writer.try_write("rw:share", TTL).await {
+                Err(Error::Contended { .. }) => refused += 1,
+                other => {
+                    if count("leaving")? == 0 {
+                        return Err::<(), AnyError>(
+                            format!("a writer while 8 readers held: {other:?}").into(),
+                        );
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        check(
+            refused >= 3,
+            format!("only {refused} write attempts while they held"),
+        )
+    })?;
+    for reader in readers {
+        let output = reader.wait_with_output()?;
+        check(
+            output.status.success(),
+            format!("a reader process failed: {}", output.status),
+        )?;
+    }
+    println!("  8 readers held together; {refused} write attempts refused meanwhile");
+    runtime.block_on(async {
+        writer.write("rw:share", TTL).await?.unlock().await?;
+        Ok(())
+    })
+}
+
+/// Readers (3 processes x 3 tasks) and writers (2 processes x 1 task, each
+/// pausing 20 ms between writes) on 5 nodes for 8 s
+/// while minority nodes are frozen (SIGSTOP) and killed and restarted: the
+/// checker never sees a writer with anyone else; every process progresses.
+fn readers_and_writers_never_overlap_under_faults(
+    exe: &std::path::Path,
+    runtime: &tokio::runtime::Runtime,
+) -> Outcome {
+    let mut servers = support::servers(6);
+    let nodes = support::urls(&servers[1..]);
+    let checker = servers[0].url();
+    let roles = ["read", "read", "read", "write", "write"];
+    let workers: Vec<Child> = roles
+        .iter()
+        .map(|role| {
+            let tasks = if *role == "read" { "3" } else { "1" };
+            spawn(exe, &["--worker", role, tasks, "8", &checker], &nodes)
+        })
+        .collect::<Result<_, _>>()?;
+    runtime.block_on(async {
+        let pause = |d| tokio::time::sleep(Duration::from_millis(d));
+        pause(1500).await;
+        servers[1].pause();
+        pause(1500).await;
+        servers[1].resume();
+        servers[2].kill();
+        pause(1500).await;
+        servers[2].restart();
+        servers[3].pause();
+        servers[4].pause();
+        pause(1000).await;
+        servers[3].resume();
+        servers[4].resume();
+    });
+    let (mut total, mut violations) = (0, 0);
+    for (role, worker) in roles.iter().zip(workers) {
+        let output = worker.wait_with_output()?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        check(
+            output.status.success(),
+            format!("{role} worker failed: {} {text}", output.status),
+        )?;
+        let counts: Vec<u64> = text
+            .split_whitespace()
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        let [acquired, failed, violated] = counts[..] else {
+            return Err(format!("worker printed {text:?}").into());
+        };
+        println!("  {role}: {acquired} acquisitions, {failed} failed calls, {violated} violations");
+        check(acquired > 0, format!("a {role} process got nothing"))?;
+        total += acquired;
+        violations += violated;
+    }
+    println!("  {total} acquisitions in all");
+    check(violations == 0, format!("{violations} violations"))?;
+    check(total >= 1000, format!("only {total} acquisitions"))
+}
+
+/// A continuous stream of overlapping readers (3 processes x 3 tasks, each
+/// holding 3 ms) does not keep a writer out: once its intent is on the
+/// nodes, it gets in within the readers' holds and a retry delay (bounded
+/// here generously by 2 s; the figure is printed).
+fn a_writer_is_not_starved_by_readers(
+    exe: &std::path::Path,
+    runtime: &tokio::runtime::Runtime,
+) -> Outcome {
+    let servers = support::servers(4);
+    let nodes = support::urls(&servers[1..]);
+    let checker = servers[0].url();
+    let readers: Vec<Child> = (0..3)
+        .map(|_| spawn(exe, &["--worker", "read", "3", "5", &checker], &nodes))
+        .collect::<Result<_, _>>()?;
+    let writer = worker_client(&nodes)?;
+    let waits = runtime.block_on(async {
+        writer.lock("rw:warm-up", TTL).await?.unlock().await?;
+        // Let the stream of readers start.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let mut waits = Vec::new();
+        for _ in 0..5 {
+            let asked = Instant::now();
+            let guard = writer.write("rw:one", TTL).await?;
+            waits.push(asked.elapsed());
+            guard.unlock().await?;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok::<_, AnyError>(waits)
+    })?;
+    for reader in readers {
+        let output = reader.wait_with_output()?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        check(output.status.success(), format!("reader failed: {text}"))?;
+        println!("  readers: {}", text.trim());
+    }
+    let longest = waits.iter().max().copied().unwrap_or_default();
+    println!("  the writer waited {waits:?} among the readers");
+    check(
+        longest < Duration::from_secs(2),
+        format!("a writer waited {longest:?}"),
+    )
+}
+
+/// Each reader's entry ends on its own: a short reader's release or extension
+/// leaves a long reader's end alone, and the set lives as long as the latest.
+async fn reader_holds_end_on_their_own() -> Outcome {
+    let nodes = support::servers(3);
+    let redlock = support::builder(&nodes).build()?;
+    let readers = [redlock.key("t:r")?, b":quorlock-read".to_vec()].concat();
+    let long = redlock.read("t:r", Duration::from_secs(60)).await?;
+    let mut short = redlock.read("t:r", Duration::from_secs(2)).await?;
+    let ends = |node: &RedisServer| -> Vec<i64> {
+        redis::cmd("ZRANGE")
+            .arg(&readers)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query::<Vec<(String, i64)>>(&mut node.connection())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(_, end)| end)
+            .collect()
+    };
+    let before = ends(&nodes[0]);
+    check(before.len() == 2, format!("two readers: {before:?}"))?;
+    short.extend(Duration::from_secs(1)).await?;
+    let after = ends(&nodes[0]);
+    check(
+        after.iter().max() == before.iter().max(),
+        format!("the long reader's end unchanged: {before:?} -> {after:?}"),
+    )?;
+    for node in &nodes {
+        let pttl = node.pttl(&readers);
+        check(
+            pttl > 50_000,
+            format!("the set lives as long as the long reader: {pttl}"),
+        )?;
+    }
+    short.unlock().await?;
+    check(ends(&nodes[0]).len() == 1, "the short reader left alone")?;
+    check(
+        long.remaining() > Duration::from_secs(50),
+        "the long reader still holds",
+    )?;
+    long.unlock().await?;
+    check(
+        nodes.iter().all(|node| ends(node).is_empty()),
+        "no reader left",
+    )
+}
+
+/// A writer excludes readers and writers; a reader excludes writers; a plain
+/// lock on the same name is another lock.
+async fn writers_and_readers_exclude_each_other() -> Outcome {
+    let nodes = support::servers(3);
+    let redlock = support::builder(&nodes).build()?;
+    let contended = |outcome: &quorlock::Result<quorlock::LockGuard>| {
+        matches!(outcome, Err(Error::Contended { .. }))
+    };
+    let writer = redlock.write("t:x", TTL).await?;
+    let read = redlock.try_read("t:x", TTL).await;
+    check(contended(&read), format!("read under a writer: {read:?}"))?;
+    let write = redlock.try_write("t:x", TTL).await;
+    check(
+        contended(&write),
+        format!("write under a writer: {write:?}"),
+    )?;
+    let plain = redlock.try_lock("t:x", TTL).await?;
+    plain.unlock().await?;
+    writer.unlock().await?;
+    let reader = redlock.try_read("t:x", TTL).await?;
+    let write = redlock.try_write("t:x", TTL).await;
+    check(
+        contended(&write),
+        format!("write under a reader: {write:?}"),
+    )?;
+    let second = redlock.try_read("t:x", TTL).await?;
+    reader.unlock().await?;
+    second.unlock().await?;
+    redlock.try_write("t:x", TTL).await?.unlock().await?;
+    Ok(())
+}
+
+/// A writer's intent keeps new readers out; one that nobody renews (its
+/// writer died) stops blocking them when it expires; a `write` call that
+/// gives up removes its intent from every node.
+async fn a_writers_intent_blocks_readers_until_it_ends() -> Outcome {
+    let nodes = support::servers(3);
+    let redlock = support::builder(&nodes)
+        .retry_delay(Duration::from_millis(20))
+        .acquire_timeout(Duration::from_millis(400))
+        .build()?;
+    let intent = [redlock.key("t:i")?, b":quorlock-intent".to_vec()].concat();
+    for node in &nodes {
+        node.set_px(&intent, "a-dead-writer", 500);
+    }
+    let read = redlock.try_read("t:i", TTL).await;
+    check(
+        matches!(read, Err(Error::Contended { .. })),
+        format!("read under an intent: {read:?}"),
+    )?;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let reader = redlock.try_read("t:i", TTL).await?;
+    // A writer that gives up behind this reader leaves no intent.
+    let write = redlock.write("t:i", TTL).await;
+    check(
+        matches!(write, Err(Error::Contended { .. })),
+        format!("write under a reader: {write:?}"),
+    )?;
+    redlock.flush().await;
+    check(
+        nodes.iter().all(|node| node.get(&intent).is_none()),
+        "the intent was removed",
+    )?;
+    redlock.try_read("t:i", TTL).await?.unlock().await?;
+    reader.unlock().await?;
+    Ok(())
+}
+
+/// With fencing on, each writer's token is above the last; a reader has none.
+async fn writers_get_rising_fencing_tokens() -> Outcome {
+    let nodes = support::servers(3);
+    let redlock = support::builder(&nodes).fencing(true).build()?;
+    let mut last = 0;
+    for _ in 0..3 {
+        let writer = redlock.write("t:f", TTL).await?;
+        let token = writer.fencing_token().ok_or("a writer has a token")?;
+        check(token > last, format!("{token} above {last}"))?;
+        last = token;
+        writer.unlock().await?;
+        let reader = redlock.read("t:f", TTL).await?;
+        check(reader.fencing_token().is_none(), "a reader has none")?;
+        reader.unlock().await?;
+    }
+    Ok(())
+}
+
+/// Names whose keys would be a read-write lock's own keys are refused.
+async fn names_of_the_locks_own_keys_are_refused() -> Outcome {
+    let nodes = support::servers(1);
+    let redlock = support::builder(&nodes).build()?;
+    for name in ["a:quorlock-write", "a:quorlock-read", "a:quorlock-intent"] {
+        let plain = redlock.try_lock(name, TTL).await;
+        check(
+            matches!(plain, Err(Error::InvalidResource { .. })),
+            format!("{name}: {plain:?}"),
+        )?;
+    }
+    Ok(())
+}
+
+const TESTS: [&str; 8] = [
+    "reader_holds_end_on_their_own",
+    "writers_and_readers_exclude_each_other",
+    "a_writers_intent_blocks_readers_until_it_ends",
+    "writers_get_rising_fencing_tokens",
+    "names_of_the_locks_own_keys_are_refused",
+    "eight_readers_in_four_processes_hold_together",
+    "a_writer_is_not_starved_by_readers",
+    "readers_and_writers_never_overlap_under_faults",
+];
+
+type Test = std::pin::Pin<Box<dyn std::future::Future<Output = Outcome>>>;
+
+fn run(name: &str, exe: &std::path::Path, runtime: &tokio::runtime::Runtime) -> Outcome {
+    let limit = Duration::from_secs(120);
+    let bounded = |test: Test| {
+        runtime.block_on(async {
+            tokio::time::timeout(limit, test)
+                .await
+                .unwrap_or_else(|_| Err(format!("not done in {limit:?}").into()))
+        })
+    };
+    match name {
+        "reader_holds_end_on_their_own" => bounded(Box::pin(reader_holds_end_on_their_own())),
+        "writers_and_readers_exclude_each_other" => {
+            bounded(Box::pin(writers_and_readers_exclude_each_other()))
+        }
+        "a_writers_intent_blocks_readers_until_it_ends" => {
+            bounded(Box::pin(a_writers_intent_blocks_readers_until_it_ends()))
+        }
+        "writers_get_rising_fencing_tokens" => {
+            bounded(Box::pin(writers_get_rising_fencing_tokens()))
+        }
+        "names_of_the_locks_own_keys_are_refused" => {
+            bounded(Box::pin(names_of_the_locks_own_keys_are_refused()))
+        }
+        "eight_readers_in_four_processes_hold_together" => {
+            eight_readers_in_four_processes_hold_together(exe, runtime)
+        }
+        "a_writer_is_not_starved_by_readers" => a_writer_is_not_starved_by_readers(exe, runtime),
+        _ => readers_and_writers_never_overlap_under_faults(exe, runtime),
+    }
+}
+
+/// A worker's outcome as the process's exit code.
+fn exit(what: &str, outcome: Outcome) -> ExitCode {
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("{what}: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = support::runtime().expect("tokio runtime");
+    match args.first().map(String::as_str) {
+        Some("--worker") => {
+            let outcome = match &args[1..] {
+                [role, tasks, seconds, checker, nodes @ ..] => {
+                    match (tasks.parse(), seconds.parse()) {
+                        (Ok(tasks), Ok(seconds)) => {
+                            runtime.block_on(worker(role, tasks, seconds, checker, nodes))
+                        }
+                        _ => Err("bad TASKS or SECONDS".into()),
+                    }
+                }
+                _ => Err("--worker ROLE TASKS SECONDS CHECKER NODE...".into()),
+            };
+            return exit("worker", outcome);
+        }
+        Some("--sharing-readers") => {
+            let outcome = match &args[1..] {
+                [checker, nodes @ ..] => runtime.block_on(sharing_readers(checker, nodes)),
+                _ => Err("--sharing-readers CHECKER NODE...".into()),
+            };
+            return exit("sharing readers", outcome);
+        }
+        _ => {}
+    }
+    // `cargo test` passes harness flags; a filter that names no test here runs nothing.
+    let filter = args.iter().find(|arg| !arg.starts_with('-'));
+    let exe = std::env::current_exe().expect("own executable");
+    let (mut ran, mut failed) = (0, 0);
+    for name in TESTS {
+        if filter.is_some_and(|filter| !name.contains(filter.as_str())) {
+            continue;
+        }
+        ran += 1;
+        println!("test {name} ...");
+        match run(name, &exe, &runtime) {
+            Ok(()) => println!("test {name} ... ok"),
+            Err(err) => {
+                println!("test {name} ... FAILED: {err}");
+                failed += 1;
+            }
+        }
+    }
+    println!("{} passed, {failed} failed", ran - failed);
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
