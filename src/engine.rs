@@ -246,6 +246,20 @@ impl Engine {
         round
     }
 
+    /// Each node's count of the readers of a read-write lock whose hold
+    /// has not ended (`key`: the readers' set), in node order; `None` where
+    /// the node did not answer. Each call is bounded by the connect timeout.
+    pub(crate) async fn count_readers(&self, key: Arc<[u8]>) -> Vec<Option<u64>> {
+        let mut round = self.ask(&Request::CountReaders { key }, To::All);
+        round.collect(Until::All).await;
+        (round.take_answers().into_iter())
+            .map(|answer| match answer {
+                Some(Answer::Granted(count)) => count,
+                _ => None,
+            })
+            .collect()
+    }
+
     /// What every node holds under `key`, and why a node's votes do not
     /// count, where they do not. A fresh client's first checks end first
     /// (bounded by the connect timeout), so that the standings shown are

@@ -12,8 +12,11 @@
 //! 1. `redlock.rs`: [`Redlock`], the public client, a thin face: it checks
 //!    the call's input and forwards ([`lock`](Redlock::lock),
 //!    [`try_lock`](Redlock::try_lock), [`with_lock`](Redlock::with_lock),
-//!    [`status`](Redlock::status), [`flush`](Redlock::flush)), and makes a
-//!    client from a builder ([`RedlockBuilder::build`]).
+//!    several resources at once with [`lock_all`](Redlock::lock_all), a
+//!    read-write lock with [`read`](Redlock::read) and
+//!    [`write`](Redlock::write), [`status`](Redlock::status),
+//!    [`flush`](Redlock::flush)), and makes a client from a builder
+//!    ([`RedlockBuilder::build`]).
 //! 2. `config.rs`: [`RedlockBuilder`], the options with their defaults as
 //!    associated constants, checked into the `Config` the engine runs on
 //!    ([`BuildError`] when one is wrong).
@@ -22,7 +25,9 @@
 //!    nodes: send one request to every node and tally the answers.
 //! 4. `acquire.rs`: the acquire loop as named steps: take the turn, make
 //!    the round, fence it, or clean it up and pause. A round in flight is a
-//!    private guard that becomes a [`LockGuard`] only when it wins.
+//!    private guard that becomes a [`LockGuard`] only when it wins. Its
+//!    docs hold the safety arguments of the locks on several resources and
+//!    of the read-write lock.
 //! 5. `guard.rs`: [`LockGuard`], the held lock: [`extend`](LockGuard::extend),
 //!    [`unlock`](LockGuard::unlock), [`forget`](LockGuard::forget), and
 //!    [`run`](LockGuard::run), the timeout guard that cancels work when the
@@ -276,7 +281,7 @@ pub use error::{BuildError, Error, LostReason, Result};
 pub use guard::LockGuard;
 pub use quorum::{Unlocked, Votes};
 pub use redlock::Redlock;
-pub use status::{LockStatus, NodeState, NodeStatus};
+pub use status::{LockStatus, NodeState, NodeStatus, RwStatus};
 
 #[cfg(test)]
 mod bounds {

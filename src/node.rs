@@ -170,6 +170,8 @@ enum Reply {
     Holds,
     /// Any reply will do (a record's `SADD`).
     Any,
+    /// A count (of readers): `Granted` with the count, whatever it is.
+    Count,
 }
 
 impl Reply {
@@ -212,6 +214,9 @@ impl Reply {
                 _ => return Err(Value::Array(items)),
             },
             (Reply::YesNo, Value::Int(1)) | (Reply::Any, _) => Answer::Granted(None),
+            (Reply::Count, Value::Int(count)) if count >= 0 => {
+                Answer::Granted(u64::try_from(count).ok())
+            }
             (Reply::YesNo, Value::Int(0)) | (Reply::Holds, Value::Nil) => Answer::Refused(None),
             (Reply::Holds, Value::Array(items)) => match items.as_slice() {
                 // A foreign value need not be UTF-8; ours always is.
@@ -472,6 +477,15 @@ fn plan(request: &Request) -> (Purpose, Call, Reply) {
         }
         // Always sent: a node that was slow may still hold our key.
         Request::Release { lock, place } => (Purpose::Cleanup, release(lock, place), Reply::YesNo),
+        Request::CountReaders { key } => {
+            let mut cmd = evalsha(&scripts::COUNT_READERS, 1, 0);
+            cmd.arg(&**key);
+            (
+                Purpose::Read,
+                script(cmd, &scripts::COUNT_READERS),
+                Reply::Count,
+            )
+        }
         Request::Inspect { key } => {
             let mut cmd = evalsha(&scripts::INSPECT, 1, 0);
             cmd.arg(&**key);

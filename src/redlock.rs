@@ -17,8 +17,9 @@ use crate::error::{BuildError, Error, Result};
 use crate::guard::LockGuard;
 use crate::queue;
 use crate::quorum;
+use crate::request;
 use crate::standing;
-use crate::status::LockStatus;
+use crate::status::{LockStatus, RwStatus};
 
 /// A distributed lock client over N independent Redis nodes.
 ///
@@ -157,6 +158,38 @@ impl Redlock {
         let key = self.engine.key(resource.as_ref())?;
         Error::ensure_runtime()?;
         Ok(self.engine.status(key).await)
+    }
+
+    /// What every node holds for the read-write lock on `resource` (see
+    /// [`read`](Self::read)): its writer, a waiting writer's intent, and how
+    /// many readers each node has whose hold has not ended.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidResource`] for an invalid name; [`Error::NoRuntime`]
+    /// outside a tokio runtime. Nodes that fail are shown as failed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn rw_status(&self, resource: impl AsRef<[u8]>) -> Result<RwStatus> {
+        let key = self.engine.key(resource.as_ref())?;
+        Error::ensure_runtime()?;
+        let sibling =
+            |suffix: &str| -> Arc<[u8]> { key.iter().chain(suffix.as_bytes()).copied().collect() };
+        let writer = self.engine.status(sibling(request::WRITE_SUFFIX)).await;
+        let intent = self.engine.status(sibling(request::INTENT_SUFFIX)).await;
+        let counts = self
+            .engine
+            .count_readers(sibling(request::READ_SUFFIX))
+            .await;
+        let names = writer.nodes.iter().map(|node| node.node.clone());
+        Ok(RwStatus {
+            readers: names.zip(counts).collect(),
+            quorum: writer.quorum,
+            writer,
+            intent,
+        })
     }
 
     /// Takes the lock on `resource` for `ttl`, waiting for it until the

@@ -211,6 +211,12 @@ pub(crate) enum Request {
         /// The key to read.
         key: Arc<[u8]>,
     },
+    /// Count the readers whose hold has not ended in a read-write lock's
+    /// readers' set (status).
+    CountReaders {
+        /// The readers' set.
+        key: Arc<[u8]>,
+    },
 }
 
 impl Request {

@@ -389,6 +389,15 @@ end
 return {0, 0}"#
 );
 
+/// Counts the readers in the readers' set `KEYS[1]` whose hold has not
+/// ended on the node's clock. Changes nothing.
+pub(crate) static COUNT_READERS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(COUNT_READERS_CODE));
+const COUNT_READERS_CODE: &str = concat!(
+    rw_lua!(),
+    r#"return redis.call("zcount", KEYS[1], "(" .. clock_ms(), "+inf")"#
+);
+
 /// Reads `KEYS[1]` and its remaining TTL in one step: `nil` when absent, else
 /// `{value, pttl_ms}`. Fails with `WRONGTYPE` when the key is not a string.
 pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT_CODE));

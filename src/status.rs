@@ -166,6 +166,71 @@ fn prefix(token: &str) -> String {
     }
 }
 
+/// A snapshot of a read-write lock across all nodes, from
+/// [`Redlock::rw_status`](crate::Redlock::rw_status).
+///
+/// It is a snapshot: by the time you read it, readers and writers may have
+/// come and gone.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RwStatus {
+    /// The writer's key, as [`Redlock::status`](crate::Redlock::status)
+    /// shows a plain lock's.
+    pub writer: LockStatus,
+    /// A waiting writer's intent, likewise (held: a writer waits, and new
+    /// readers are refused on those nodes).
+    pub intent: LockStatus,
+    /// Each node's name and its count of readers whose hold has not ended
+    /// (`None`: the node did not answer), in node order.
+    pub readers: Vec<(String, Option<u64>)>,
+    /// Votes needed to hold the lock.
+    pub quorum: usize,
+}
+
+impl RwStatus {
+    /// Whether at least a quorum of nodes has a reader whose hold has not
+    /// ended: readers may hold the lock.
+    pub fn readers_on_quorum(&self) -> bool {
+        let with_readers = (self.readers.iter())
+            .filter(|(_, count)| count.is_some_and(|count| count > 0))
+            .count();
+        with_readers >= self.quorum
+    }
+
+    /// Whether no node that answered has a reader, and the silent ones are
+    /// too few to make a quorum.
+    pub fn no_readers(&self) -> bool {
+        let silent = self
+            .readers
+            .iter()
+            .filter(|(_, count)| count.is_none())
+            .count();
+        let none = (self.readers.iter()).all(|(_, count)| count.is_none_or(|count| count == 0));
+        none && silent < self.quorum
+    }
+}
+
+impl fmt::Display for RwStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "writer:\n{}", self.writer)?;
+        writeln!(f, "writer's intent:\n{}", self.intent)?;
+        writeln!(f, "readers:")?;
+        for (node, count) in &self.readers {
+            match count {
+                Some(count) => writeln!(f, "{node:<24} {count}")?,
+                None => writeln!(f, "{node:<24} error")?,
+            }
+        }
+        if self.readers_on_quorum() {
+            write!(f, "readers on a quorum ({} nodes needed)", self.quorum)
+        } else if self.no_readers() {
+            write!(f, "no readers")
+        } else {
+            write!(f, "readers on too few nodes to hold it")
+        }
+    }
+}
+
 impl fmt::Display for LockStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for status in &self.nodes {

@@ -854,9 +854,17 @@ fn read_runs_share_and_a_write_run_waits_for_them() {
         Some(EXIT_NOT_ACQUIRED),
         "{refused:?}"
     );
+    let status = output(quorlock(&nodes).args(["status", "--rw", "--resource", "cli:rw"]));
+    let shown = String::from_utf8_lossy(&status.stdout);
+    assert_eq!(status.status.code(), Some(0), "{shown}");
+    assert!(shown.contains("readers on a quorum"), "{shown}");
     for mut reader in readers {
         assert!(reader.wait().unwrap().success(), "a reader failed");
     }
+    let status = output(quorlock(&nodes).args(["status", "--rw", "--resource", "cli:rw"]));
+    let shown = String::from_utf8_lossy(&status.stdout);
+    assert_eq!(status.status.code(), Some(1), "{shown}");
+    assert!(shown.contains("no readers"), "{shown}");
     let written =
         output(quorlock(&nodes).args(["run", "--write", "--resource", "cli:rw", "--", "true"]));
     assert!(written.status.success(), "{written:?}");

@@ -73,12 +73,12 @@ async fn checked_hold(
 }
 
 /// One worker process: `tasks` tasks take read (`role` "read") or write
-/// holds of `rw:one` for `seconds`, each checked. Prints `acquisitions
-/// failed violations`.
+/// holds of `rw:one` for `seconds`, or until all workers together made
+/// `target` acquisitions (0: no target), each checked. Prints
+/// `acquisitions failed violations`.
 async fn worker(
     role: &str,
-    tasks: usize,
-    seconds: u64,
+    (tasks, seconds, target): (usize, u64, i64),
     checker: &str,
     nodes: &[String],
 ) -> Outcome {
@@ -110,6 +110,15 @@ async fn worker(
                 }
                 let _ = guard.unlock().await;
                 counts[0].fetch_add(1, Ordering::Relaxed);
+                // All workers together stop at `target` acquisitions (0: no target).
+                let all: i64 = redis::cmd("INCR")
+                    .arg("acquired")
+                    .query_async(&mut checker)
+                    .await
+                    .unwrap_or(0);
+                if target > 0 && all >= target {
+                    break;
+                }
                 // A writer thinks between writes: writers that always wait
                 // keep their intent up and readers out (see `Redlock::write`).
                 if write {
@@ -254,10 +263,12 @@ fn eight_readers_in_four_processes_hold_together(
     })
 }
 
-/// Readers (3 processes x 3 tasks) and writers (2 processes x 1 task, each
-/// pausing 20 ms between writes) on 5 nodes for 8 s
-/// while minority nodes are frozen (SIGSTOP) and killed and restarted: the
-/// checker never sees a writer with anyone else; every process progresses.
+/// Readers (3 processes x 4 tasks) and writers (2 processes x 1 task, each
+/// pausing 20 ms between writes) on 5 nodes until they made 2,500
+/// acquisitions together (at most 60 s), while minority nodes are frozen
+/// (SIGSTOP) and killed and restarted, one minority at a time, again and
+/// again: the checker never sees a writer with anyone else; every process
+/// progresses.
 fn readers_and_writers_never_overlap_under_faults(
     exe: &std::path::Path,
     runtime: &tokio::runtime::Runtime,
@@ -266,28 +277,43 @@ fn readers_and_writers_never_overlap_under_faults(
     let nodes = support::urls(&servers[1..]);
     let checker = servers[0].url();
     let roles = ["read", "read", "read", "write", "write"];
-    let workers: Vec<Child> = roles
+    let mut workers: Vec<Child> = roles
         .iter()
         .map(|role| {
-            let tasks = if *role == "read" { "3" } else { "1" };
-            spawn(exe, &["--worker", role, tasks, "8", &checker], &nodes)
+            let tasks = if *role == "read" { "4" } else { "1" };
+            spawn(
+                exe,
+                &["--worker", role, tasks, "60", "2500", &checker],
+                &nodes,
+            )
         })
         .collect::<Result<_, _>>()?;
+    // Faults, one minority at a time, over and over until the workers end.
+    let running = |workers: &mut [Child]| {
+        workers
+            .iter_mut()
+            .any(|worker| matches!(worker.try_wait(), Ok(None)))
+    };
+    let mut rounds = 0;
     runtime.block_on(async {
         let pause = |d| tokio::time::sleep(Duration::from_millis(d));
-        pause(1500).await;
-        servers[1].pause();
-        pause(1500).await;
-        servers[1].resume();
-        servers[2].kill();
-        pause(1500).await;
-        servers[2].restart();
-        servers[3].pause();
-        servers[4].pause();
-        pause(1000).await;
-        servers[3].resume();
-        servers[4].resume();
+        while running(&mut workers) {
+            rounds += 1;
+            pause(1000).await;
+            servers[1].pause();
+            pause(1000).await;
+            servers[1].resume();
+            servers[2].kill();
+            pause(1000).await;
+            servers[2].restart();
+            servers[3].pause();
+            servers[4].pause();
+            pause(1000).await;
+            servers[3].resume();
+            servers[4].resume();
+        }
     });
+    println!("  {rounds} rounds of faults");
     let (mut total, mut violations) = (0, 0);
     for (role, worker) in roles.iter().zip(workers) {
         let output = worker.wait_with_output()?;
@@ -310,7 +336,7 @@ fn readers_and_writers_never_overlap_under_faults(
     }
     println!("  {total} acquisitions in all");
     check(violations == 0, format!("{violations} violations"))?;
-    check(total >= 1000, format!("only {total} acquisitions"))
+    check(total >= 2500, format!("only {total} acquisitions"))
 }
 
 /// A continuous stream of overlapping readers (3 processes x 3 tasks, each
@@ -325,7 +351,7 @@ fn a_writer_is_not_starved_by_readers(
     let nodes = support::urls(&servers[1..]);
     let checker = servers[0].url();
     let readers: Vec<Child> = (0..3)
-        .map(|_| spawn(exe, &["--worker", "read", "3", "5", &checker], &nodes))
+        .map(|_| spawn(exe, &["--worker", "read", "3", "5", "0", &checker], &nodes))
         .collect::<Result<_, _>>()?;
     let writer = worker_client(&nodes)?;
     let waits = runtime.block_on(async {
@@ -490,6 +516,52 @@ async fn writers_get_rising_fencing_tokens() -> Outcome {
     Ok(())
 }
 
+/// `rw_status` shows each node's live readers, the writer and a waiting
+/// writer's intent.
+async fn the_status_shows_readers_writers_and_intent() -> Outcome {
+    let nodes = support::servers(3);
+    let redlock = support::builder(&nodes).build()?;
+    let free = redlock.rw_status("t:s").await?;
+    check(
+        free.no_readers() && free.writer.is_free() && free.intent.is_free(),
+        format!("free: {free}"),
+    )?;
+    let readers = [
+        redlock.read("t:s", TTL).await?,
+        redlock.read("t:s", TTL).await?,
+    ];
+    let read = redlock.rw_status("t:s").await?;
+    check(
+        read.readers.iter().all(|(_, count)| *count == Some(2))
+            && read.readers_on_quorum()
+            && read.writer.is_free(),
+        format!("two readers: {read}"),
+    )?;
+    // A writer that waits behind them leaves its intent.
+    let waiting = redlock.clone();
+    let writer = tokio::spawn(async move { waiting.write("t:s", TTL).await });
+    let mut shown = false;
+    for _ in 0..100 {
+        if redlock.rw_status("t:s").await?.intent.is_held() {
+            shown = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    check(shown, "the waiting writer's intent was never shown")?;
+    for reader in readers {
+        reader.unlock().await?;
+    }
+    let writer = writer.await??;
+    let written = redlock.rw_status("t:s").await?;
+    check(
+        written.writer.is_held() && written.no_readers(),
+        format!("a writer: {written}"),
+    )?;
+    writer.unlock().await?;
+    Ok(())
+}
+
 /// Names whose keys would be a read-write lock's own keys are refused.
 async fn names_of_the_locks_own_keys_are_refused() -> Outcome {
     let nodes = support::servers(1);
@@ -504,8 +576,9 @@ async fn names_of_the_locks_own_keys_are_refused() -> Outcome {
     Ok(())
 }
 
-const TESTS: [&str; 8] = [
+const TESTS: [&str; 9] = [
     "reader_holds_end_on_their_own",
+    "the_status_shows_readers_writers_and_intent",
     "writers_and_readers_exclude_each_other",
     "a_writers_intent_blocks_readers_until_it_ends",
     "writers_get_rising_fencing_tokens",
@@ -528,6 +601,9 @@ fn run(name: &str, exe: &std::path::Path, runtime: &tokio::runtime::Runtime) -> 
     };
     match name {
         "reader_holds_end_on_their_own" => bounded(Box::pin(reader_holds_end_on_their_own())),
+        "the_status_shows_readers_writers_and_intent" => {
+            bounded(Box::pin(the_status_shows_readers_writers_and_intent()))
+        }
         "writers_and_readers_exclude_each_other" => {
             bounded(Box::pin(writers_and_readers_exclude_each_other()))
         }
@@ -565,15 +641,15 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("--worker") => {
             let outcome = match &args[1..] {
-                [role, tasks, seconds, checker, nodes @ ..] => {
-                    match (tasks.parse(), seconds.parse()) {
-                        (Ok(tasks), Ok(seconds)) => {
-                            runtime.block_on(worker(role, tasks, seconds, checker, nodes))
+                [role, tasks, seconds, target, checker, nodes @ ..] => {
+                    match (tasks.parse(), seconds.parse(), target.parse()) {
+                        (Ok(tasks), Ok(seconds), Ok(target)) => {
+                            runtime.block_on(worker(role, (tasks, seconds, target), checker, nodes))
                         }
-                        _ => Err("bad TASKS or SECONDS".into()),
+                        _ => Err("bad TASKS, SECONDS or TARGET".into()),
                     }
                 }
-                _ => Err("--worker ROLE TASKS SECONDS CHECKER NODE...".into()),
+                _ => Err("--worker ROLE TASKS SECONDS TARGET CHECKER NODE...".into()),
             };
             return exit("worker", outcome);
         }

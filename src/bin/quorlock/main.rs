@@ -51,7 +51,8 @@ Exit codes of `run`:
   126 / 127        CMD could not be executed / was not found
   2                bad arguments
 Exit codes of `status`: 0 held by a quorum, 1 free (no quorum can hold it), 75 unknown (the
-nodes that did not answer could make a quorum with a holder).
+nodes that did not answer could make a quorum with a holder). With --rw: 0 held by a writer
+or by readers on a quorum of nodes, 1 free, 75 otherwise.
 
 CMD runs in a process group of its own. If the quorum refuses an extension (the lock is
 gone), the group gets SIGKILL at once; if extensions keep failing, SIGTERM at
@@ -146,6 +147,9 @@ struct StatusArgs {
     /// The resource to inspect.
     #[arg(long)]
     resource: String,
+    /// Inspect the read-write lock on RESOURCE (its writer, a waiting writer, its readers).
+    #[arg(long)]
+    rw: bool,
 }
 
 /// Parses `500ms`, `10s`, `1.5s`, `2m`, `1h`; a bare number is seconds.
@@ -215,11 +219,36 @@ fn client(
     })
 }
 
+/// `status --rw`: 0 held (by a writer on a quorum, or readers on a quorum of
+/// nodes), 1 free (no writer can be on a quorum, no readers anywhere that
+/// answered), 75 otherwise.
+async fn rw_status(redlock: &Redlock, resource: &str) -> ExitCode {
+    match redlock.rw_status(resource).await {
+        Ok(status) => {
+            println!("{status}");
+            if status.writer.is_held() || status.readers_on_quorum() {
+                ExitCode::SUCCESS
+            } else if status.writer.is_free() && status.no_readers() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::from(EXIT_NOT_ACQUIRED)
+            }
+        }
+        Err(err) => {
+            eprintln!("quorlock: {err}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
 async fn status(args: StatusArgs) -> ExitCode {
     let redlock = match client(&args.nodes, |builder| builder) {
         Ok(redlock) => redlock,
         Err(code) => return code,
     };
+    if args.rw {
+        return rw_status(&redlock, &args.resource).await;
+    }
     match redlock.status(&args.resource).await {
         Ok(status) => {
             println!("{status}");
