@@ -287,7 +287,9 @@ return 0"#
 );
 
 /// The Lua of the read-write lock's scripts: `clock_ms()`, the node's clock
-/// in ms, and `prune(readers)`, which drops the readers whose hold ended.
+/// in ms; `prune(readers, now)`, which drops the readers whose hold ended;
+/// `hold(readers, token, now, ttl)`, which makes a reader's hold end at
+/// `now + ttl` and the set live at least that long.
 macro_rules! rw_lua {
     () => {
         r#"local function clock_ms()
@@ -296,6 +298,12 @@ macro_rules! rw_lua {
 end
 local function prune(readers, now)
     redis.call("zremrangebyscore", readers, "-inf", now)
+end
+local function hold(readers, token, now, ttl)
+    redis.call("zadd", readers, string.format("%d", now + ttl), token)
+    if redis.call("pttl", readers) < ttl then
+        redis.call("pexpire", readers, ttl)
+    end
 end
 "#
     };
@@ -315,11 +323,7 @@ const READ_CODE: &str = concat!(
 end
 local now = clock_ms()
 prune(KEYS[1], now)
-local ttl = tonumber(ARGV[2])
-redis.call("zadd", KEYS[1], string.format("%d", now + ttl), ARGV[1])
-if redis.call("pttl", KEYS[1]) < ttl then
-    redis.call("pexpire", KEYS[1], ttl)
-end
+hold(KEYS[1], ARGV[1], now, tonumber(ARGV[2]))
 return 1"#
 );
 
@@ -335,11 +339,7 @@ local ends = tonumber(redis.call("zscore", KEYS[1], ARGV[1]) or "0")
 if ends <= now then
     return 0
 end
-local ttl = tonumber(ARGV[2])
-redis.call("zadd", KEYS[1], "XX", string.format("%d", now + ttl), ARGV[1])
-if redis.call("pttl", KEYS[1]) < ttl then
-    redis.call("pexpire", KEYS[1], ttl)
-end
+hold(KEYS[1], ARGV[1], now, tonumber(ARGV[2]))
 return 1"#
 );
 

@@ -16,20 +16,9 @@ use std::time::{Duration, Instant};
 
 use quorlock::{Error, Redlock};
 use support::RedisServer;
-
-type AnyError = Box<dyn std::error::Error + Send + Sync>;
-type Outcome = Result<(), AnyError>;
+use support::harness::{Outcome, check};
 
 const TTL: Duration = Duration::from_secs(10);
-
-/// Fails with `what` unless `condition` holds.
-fn check(condition: bool, what: impl Into<String>) -> Outcome {
-    if condition {
-        Ok(())
-    } else {
-        Err(what.into().into())
-    }
-}
 
 /// Each node's values of `redlock`'s keys for `resources`, by node.
 fn values(
@@ -353,13 +342,7 @@ fn overlapping_sets_in_opposite_orders_make_progress(exe: &std::path::Path) -> O
             output.status.success(),
             format!("worker {set} failed: {} {text}", output.status),
         )?;
-        let counts: Vec<u64> = text
-            .split_whitespace()
-            .filter_map(|n| n.parse().ok())
-            .collect();
-        let [acquired, failed, overlapped] = counts[..] else {
-            return Err(format!("worker printed {text:?}").into());
-        };
+        let [acquired, failed, overlapped] = support::harness::counts::<3>(&text)?;
         println!("  {set}: {acquired} acquisitions, {failed} failed calls, {overlapped} overlaps");
         overlaps += overlapped;
         total += acquired;
@@ -426,36 +409,8 @@ fn main() -> ExitCode {
             }
             _ => Err("--worker TASKS SECONDS CHECKER RESOURCES NODE...".into()),
         };
-        return match outcome {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(err) => {
-                eprintln!("worker: {err}");
-                ExitCode::FAILURE
-            }
-        };
+        return support::harness::exit("worker", outcome);
     }
-    // `cargo test` passes harness flags; a filter that names no test here runs nothing.
-    let filter = args.iter().find(|arg| !arg.starts_with('-'));
     let exe = std::env::current_exe().expect("own executable");
-    let (mut ran, mut failed) = (0, 0);
-    for name in TESTS {
-        if filter.is_some_and(|filter| !name.contains(filter.as_str())) {
-            continue;
-        }
-        ran += 1;
-        println!("test {name} ...");
-        match run(name, &exe, &runtime) {
-            Ok(()) => println!("test {name} ... ok"),
-            Err(err) => {
-                println!("test {name} ... FAILED: {err}");
-                failed += 1;
-            }
-        }
-    }
-    println!("{} passed, {failed} failed", ran - failed);
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    support::harness::run_tests(&args, &TESTS, |name| run(name, &exe, &runtime))
 }

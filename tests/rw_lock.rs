@@ -17,20 +17,9 @@ use std::time::{Duration, Instant};
 
 use quorlock::{Error, Redlock};
 use support::RedisServer;
-
-type AnyError = Box<dyn std::error::Error + Send + Sync>;
-type Outcome = Result<(), AnyError>;
+use support::harness::{AnyError, Outcome, check};
 
 const TTL: Duration = Duration::from_secs(10);
-
-/// Fails with `what` unless `condition` holds.
-fn check(condition: bool, what: impl Into<String>) -> Outcome {
-    if condition {
-        Ok(())
-    } else {
-        Err(what.into().into())
-    }
-}
 
 /// A client for the workers: short retry delays, a long patience.
 fn worker_client(nodes: &[String]) -> Result<Redlock, AnyError> {
@@ -322,13 +311,7 @@ fn readers_and_writers_never_overlap_under_faults(
             output.status.success(),
             format!("{role} worker failed: {} {text}", output.status),
         )?;
-        let counts: Vec<u64> = text
-            .split_whitespace()
-            .filter_map(|n| n.parse().ok())
-            .collect();
-        let [acquired, failed, violated] = counts[..] else {
-            return Err(format!("worker printed {text:?}").into());
-        };
+        let [acquired, failed, violated] = support::harness::counts::<3>(&text)?;
         println!("  {role}: {acquired} acquisitions, {failed} failed calls, {violated} violations");
         check(acquired > 0, format!("a {role} process got nothing"))?;
         total += acquired;
@@ -624,17 +607,6 @@ fn run(name: &str, exe: &std::path::Path, runtime: &tokio::runtime::Runtime) -> 
     }
 }
 
-/// A worker's outcome as the process's exit code.
-fn exit(what: &str, outcome: Outcome) -> ExitCode {
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("{what}: {err}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let runtime = support::runtime().expect("tokio runtime");
@@ -651,39 +623,17 @@ fn main() -> ExitCode {
                 }
                 _ => Err("--worker ROLE TASKS SECONDS TARGET CHECKER NODE...".into()),
             };
-            return exit("worker", outcome);
+            return support::harness::exit("worker", outcome);
         }
         Some("--sharing-readers") => {
             let outcome = match &args[1..] {
                 [checker, nodes @ ..] => runtime.block_on(sharing_readers(checker, nodes)),
                 _ => Err("--sharing-readers CHECKER NODE...".into()),
             };
-            return exit("sharing readers", outcome);
+            return support::harness::exit("sharing readers", outcome);
         }
         _ => {}
     }
-    // `cargo test` passes harness flags; a filter that names no test here runs nothing.
-    let filter = args.iter().find(|arg| !arg.starts_with('-'));
     let exe = std::env::current_exe().expect("own executable");
-    let (mut ran, mut failed) = (0, 0);
-    for name in TESTS {
-        if filter.is_some_and(|filter| !name.contains(filter.as_str())) {
-            continue;
-        }
-        ran += 1;
-        println!("test {name} ...");
-        match run(name, &exe, &runtime) {
-            Ok(()) => println!("test {name} ... ok"),
-            Err(err) => {
-                println!("test {name} ... FAILED: {err}");
-                failed += 1;
-            }
-        }
-    }
-    println!("{} passed, {failed} failed", ran - failed);
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    support::harness::run_tests(&args, &TESTS, |name| run(name, &exe, &runtime))
 }

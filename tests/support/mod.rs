@@ -14,6 +14,8 @@ mod logs;
 #[allow(unused_imports)]
 pub use logs::capture_logs;
 
+pub mod harness;
+
 use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::PathBuf;

@@ -1,0 +1,74 @@
+//! The runner of the tests that have their own `main` (harness = false):
+//! they re-execute their own binary as worker processes, so libtest's
+//! runner cannot be theirs.
+
+use std::process::ExitCode;
+
+/// A test's error.
+pub type AnyError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What a test (or a worker) returns.
+pub type Outcome = Result<(), AnyError>;
+
+/// Fails with `what` unless `condition` holds.
+pub fn check(condition: bool, what: impl Into<String>) -> Outcome {
+    if condition {
+        Ok(())
+    } else {
+        Err(what.into().into())
+    }
+}
+
+/// Runs each of `tests` whose name contains the first argument that is not
+/// a flag (`cargo test` passes harness flags; a filter that names no test
+/// runs nothing), printing each outcome as libtest does; fails if any failed.
+pub fn run_tests(
+    args: &[String],
+    tests: &[&str],
+    mut run: impl FnMut(&str) -> Outcome,
+) -> ExitCode {
+    let filter = args.iter().find(|arg| !arg.starts_with('-'));
+    let (mut ran, mut failed) = (0, 0);
+    for name in tests {
+        if filter.is_some_and(|filter| !name.contains(filter.as_str())) {
+            continue;
+        }
+        ran += 1;
+        println!("test {name} ...");
+        match run(name) {
+            Ok(()) => println!("test {name} ... ok"),
+            Err(err) => {
+                println!("test {name} ... FAILED: {err}");
+                failed += 1;
+            }
+        }
+    }
+    println!("{} passed, {failed} failed", ran - failed);
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// A worker's outcome as its process's exit code (the error on stderr).
+pub fn exit(what: &str, outcome: Outcome) -> ExitCode {
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("{what}: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A worker's printed counts: `N` numbers separated by white space.
+pub fn counts<const N: usize>(text: &str) -> Result<[u64; N], AnyError> {
+    let numbers: Vec<u64> = text
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    numbers
+        .try_into()
+        .map_err(|_| format!("worker printed {text:?}, not {N} numbers").into())
+}
