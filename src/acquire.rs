@@ -99,7 +99,7 @@ use crate::guard::LockGuard;
 use crate::notify::{Gates, Listening};
 use crate::queue::{self, Place};
 use crate::quorum::{self, Ttl, Votes};
-use crate::request::{INTENT_SUFFIX, LockId, OtherKeys, Request, Shape, new_token};
+use crate::request::{LockId, OtherKeys, Request, RwKeys, Shape, new_token};
 use crate::round::{NodeSet, Round, Until};
 use crate::standing::NotReady;
 
@@ -131,13 +131,15 @@ pub(crate) async fn acquire_rw(
 ) -> Result<LockGuard> {
     let key = engine.key(resource)?;
     let resources = std::slice::from_ref(&resource);
+    let keys = RwKeys::of(&key);
     let shape = if write {
         Shape::Write {
+            keys,
             intent: waits.then(new_token),
             intent_ms: engine.config.intent_ms(),
         }
     } else {
-        Shape::Read
+        Shape::Read(keys)
     };
     start(engine, resources, (key, shape), ttl, waits).await
 }
@@ -169,22 +171,20 @@ pub(crate) async fn acquire_all(
             ),
         });
     }
-    let mut keys = keys.into_iter();
-    let Some(key) = keys.next() else {
+    let Some((key, others)) = keys.split_first() else {
         return Err(Error::InvalidResource {
             reason: "no resource named".into(),
         });
     };
-    let others: OtherKeys = keys.collect();
+    // The names in the keys' order: every key has the same prefix.
+    let prefix_len = engine.config.key_prefix.len();
+    let names: Vec<&[u8]> = keys.iter().map(|key| &key[prefix_len..]).collect();
     let shape = if others.is_empty() {
         Shape::One
     } else {
-        Shape::All(others)
+        Shape::All(OtherKeys::from(others))
     };
-    let mut resources = resources.to_vec();
-    resources.sort();
-    resources.dedup();
-    start(engine, &resources, (key, shape), ttl, waits).await
+    start(engine, &names, (key.clone(), shape), ttl, waits).await
 }
 
 /// The start shared by [`acquire`], [`acquire_all`] and [`acquire_rw`]:
@@ -214,10 +214,12 @@ async fn start(
     let queues = waits && matches!(shape, Shape::One);
     let intent = match &shape {
         Shape::Write {
-            intent: Some(id), ..
+            keys,
+            intent: Some(id),
+            ..
         } => Some(Intent {
             engine: engine.clone(),
-            entry: LockId::plain(key_with(&key, INTENT_SUFFIX), id.clone()),
+            entry: LockId::plain(keys.intent.clone(), id.clone()),
             left: false,
         }),
         _ => None,
@@ -412,7 +414,7 @@ impl Acquisition<'_> {
             return Ok(None);
         };
         // A reader has no fencing token (see `Redlock::read`).
-        if matches!(self.shape, Shape::Read) {
+        if matches!(self.shape, Shape::Read(_)) {
             return Ok(None);
         }
         // A won round's counted grants carry counters: the quorum guarantees one.
@@ -755,11 +757,6 @@ impl Drop for Intent {
             tracing::debug!("write call ended outside a tokio runtime: its intent expires");
         }
     }
-}
-
-/// `key` followed by `suffix`.
-fn key_with(key: &[u8], suffix: &str) -> Arc<[u8]> {
-    key.iter().chain(suffix.as_bytes()).copied().collect()
 }
 
 /// One acquire round in flight and the lock it asked for. Until it is won

@@ -37,7 +37,7 @@ use tracing::Instrument;
 
 use crate::answer::NodeError;
 use crate::engine::{Engine, To};
-use crate::error::{Error, LostReason, Result, show_resource, show_resources};
+use crate::error::{Error, LostReason, Result, show_resources};
 use crate::queue::Place;
 use crate::quorum::{Ttl, Unlocked};
 use crate::request::LockId;
@@ -110,9 +110,6 @@ impl LockGuard {
     }
 
     pub(crate) fn shown_resource(&self) -> String {
-        if !matches!(self.lock.shape, crate::request::Shape::All(_)) {
-            return show_resource(self.resource());
-        }
         show_resources(&self.resources().collect::<Vec<_>>())
     }
 
@@ -131,7 +128,9 @@ impl LockGuard {
         self.lock.keys().map(move |key| &key[prefix_len..])
     }
 
-    /// The Redis key that holds the lock on each node (prefix + resource).
+    /// The Redis key that holds the lock on each node (prefix + resource; of
+    /// a lock on several resources, the first of its keys; of a read-write
+    /// lock, the key that its writer's, readers' and intent keys start with).
     pub fn key(&self) -> &[u8] {
         &self.lock.key
     }

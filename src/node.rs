@@ -24,7 +24,7 @@ use redis::{Client, Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 use crate::answer::{Answer, NodeError, NodeErrorKind, NotCounted};
 use crate::connection::{self, Link};
 use crate::queue::{self, Place};
-use crate::request::{INTENT_SUFFIX, LockId, READ_SUFFIX, Request, Shape, WRITE_SUFFIX};
+use crate::request::{LockId, Request, Shape};
 use crate::scripts;
 use crate::standing::Standings;
 use crate::tasks::{self, Background};
@@ -511,20 +511,22 @@ fn acquire_plan(
             let call = acquire_all(lock, ttl_ms, counter_key.as_deref());
             (Purpose::Vote, call, Reply::AllOrNone { fenced })
         }
-        Shape::Read => {
+        Shape::Read(keys) => {
             let mut cmd = evalsha(&scripts::READ, 3, 2);
-            cmd.arg(lock.sibling(READ_SUFFIX))
-                .arg(lock.sibling(WRITE_SUFFIX))
-                .arg(lock.sibling(INTENT_SUFFIX))
+            cmd.arg(&*keys.read)
+                .arg(&*keys.write)
+                .arg(&*keys.intent)
                 .arg(&*lock.token)
                 .arg(ttl_ms);
             (Purpose::Vote, script(cmd, &scripts::READ), Reply::YesNo)
         }
-        Shape::Write { intent, intent_ms } => {
+        Shape::Write {
+            keys,
+            intent,
+            intent_ms,
+        } => {
             let mut cmd = evalsha(&scripts::WRITE, 3 + usize::from(fenced), 4);
-            cmd.arg(lock.sibling(WRITE_SUFFIX))
-                .arg(lock.sibling(READ_SUFFIX))
-                .arg(lock.sibling(INTENT_SUFFIX));
+            cmd.arg(&*keys.write).arg(&*keys.read).arg(&*keys.intent);
             if let Some(counter_key) = counter_key {
                 cmd.arg(&**counter_key);
             }
@@ -545,21 +547,21 @@ fn acquire_plan(
 /// writer's key too), the one that extends several keys all or none, or a
 /// reader's.
 fn extension(lock: &LockId, ttl_ms: u64) -> Call {
-    let (extend, keys): (&'static Script, Vec<std::borrow::Cow<'_, [u8]>>) = match &lock.shape {
-        Shape::All(_) => (&scripts::EXTEND_ALL, lock.keys().map(Into::into).collect()),
-        Shape::Read => (
-            &scripts::READ_EXTEND,
-            vec![lock.sibling(READ_SUFFIX).into()],
-        ),
-        Shape::One | Shape::Write { .. } => {
-            (&scripts::EXTEND, lock.held_key().into_iter().collect())
+    let (extend, key): (&'static Script, &[u8]) = match &lock.shape {
+        Shape::All(_) => {
+            let mut cmd = evalsha(&scripts::EXTEND_ALL, lock.key_count(), 2);
+            for key in lock.keys() {
+                cmd.arg(key);
+            }
+            cmd.arg(&*lock.token).arg(ttl_ms);
+            return script(cmd, &scripts::EXTEND_ALL);
         }
+        Shape::Read(keys) => (&scripts::READ_EXTEND, &keys.read),
+        Shape::One => (&scripts::EXTEND, &lock.key),
+        Shape::Write { keys, .. } => (&scripts::EXTEND, &keys.write),
     };
-    let mut cmd = evalsha(extend, keys.len(), 2);
-    for key in &keys {
-        cmd.arg(&**key);
-    }
-    cmd.arg(&*lock.token).arg(ttl_ms);
+    let mut cmd = evalsha(extend, 1, 2);
+    cmd.arg(key).arg(&*lock.token).arg(ttl_ms);
     script(cmd, extend)
 }
 
@@ -567,10 +569,7 @@ fn extension(lock: &LockId, ttl_ms: u64) -> Call {
 fn write_back(lock: &LockId, counter_key: &[u8], fencing_token: u64) -> Call {
     let mut cmd = evalsha(&scripts::FENCE_WRITE_BACK, 2, 2);
     // A reader has no fencing token, so no write-back: its key is not a string.
-    let held = lock
-        .held_key()
-        .unwrap_or(std::borrow::Cow::Borrowed(&*lock.key));
-    cmd.arg(&*held)
+    cmd.arg(lock.held_key().unwrap_or(&lock.key))
         .arg(counter_key)
         .arg(&*lock.token)
         .arg(fencing_token);
@@ -601,8 +600,8 @@ fn release(lock: &LockId, place: &Place) -> Call {
             cmd.arg(&*lock.token);
             script(cmd, &scripts::RELEASE_ALL)
         }
-        Shape::Read => single(&scripts::READ_RELEASE, &lock.sibling(READ_SUFFIX)),
-        Shape::Write { .. } => single(&scripts::RELEASE, &lock.sibling(WRITE_SUFFIX)),
+        Shape::Read(keys) => single(&scripts::READ_RELEASE, &keys.read),
+        Shape::Write { keys, .. } => single(&scripts::RELEASE, &keys.write),
     }
 }
 

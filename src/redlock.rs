@@ -175,14 +175,10 @@ impl Redlock {
     pub async fn rw_status(&self, resource: impl AsRef<[u8]>) -> Result<RwStatus> {
         let key = self.engine.key(resource.as_ref())?;
         Error::ensure_runtime()?;
-        let sibling =
-            |suffix: &str| -> Arc<[u8]> { key.iter().chain(suffix.as_bytes()).copied().collect() };
-        let writer = self.engine.status(sibling(request::WRITE_SUFFIX)).await;
-        let intent = self.engine.status(sibling(request::INTENT_SUFFIX)).await;
-        let counts = self
-            .engine
-            .count_readers(sibling(request::READ_SUFFIX))
-            .await;
+        let keys = request::RwKeys::of(&key);
+        let writer = self.engine.status(keys.write.clone()).await;
+        let intent = self.engine.status(keys.intent.clone()).await;
+        let counts = self.engine.count_readers(keys.read.clone()).await;
         let names = writer.nodes.iter().map(|node| node.node.clone());
         Ok(RwStatus {
             readers: names.zip(counts).collect(),

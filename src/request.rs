@@ -23,6 +23,32 @@ pub(crate) const READ_SUFFIX: &str = ":quorlock-read";
 /// renew; while it exists, no reader is granted there.
 pub(crate) const INTENT_SUFFIX: &str = ":quorlock-intent";
 
+/// The keys of a read-write lock on each node: its key (the key prefix and
+/// the resource name) followed by [`WRITE_SUFFIX`], [`READ_SUFFIX`] and
+/// [`INTENT_SUFFIX`]. Made once per call; every round and node shares them.
+#[derive(Debug)]
+pub(crate) struct RwKeys {
+    /// The writer's key.
+    pub(crate) write: Arc<[u8]>,
+    /// The readers' set.
+    pub(crate) read: Arc<[u8]>,
+    /// A waiting writer's intent.
+    pub(crate) intent: Arc<[u8]>,
+}
+
+impl RwKeys {
+    /// The keys of the read-write lock whose key is `key`.
+    pub(crate) fn of(key: &[u8]) -> Arc<Self> {
+        let with =
+            |suffix: &str| -> Arc<[u8]> { key.iter().chain(suffix.as_bytes()).copied().collect() };
+        Arc::new(RwKeys {
+            write: with(WRITE_SUFFIX),
+            read: with(READ_SUFFIX),
+            intent: with(INTENT_SUFFIX),
+        })
+    }
+}
+
 /// Which kind of lock a [`LockId`] is, and so which keys and scripts its
 /// rounds use.
 #[derive(Debug, Clone)]
@@ -34,13 +60,14 @@ pub(crate) enum Shape {
     /// holds them all.
     All(OtherKeys),
     /// A reader of the read-write lock on `key` (its entry in the readers'
-    /// set).
-    Read,
-    /// The writer of the read-write lock on `key` (the writer's key), with
+    /// set), with the lock's keys.
+    Read(Arc<RwKeys>),
+    /// The writer of the read-write lock on `key`, with the lock's keys,
     /// the id its rounds leave as the writer's intent while it waits
     /// (`None`: one round, no intent), and how long, in ms, an intent lives
     /// after the round that left it.
     Write {
+        keys: Arc<RwKeys>,
         intent: Option<Arc<str>>,
         intent_ms: u64,
     },
@@ -99,20 +126,15 @@ impl LockId {
         }
     }
 
-    /// The key of a read-write lock that ends with `suffix`.
-    pub(crate) fn sibling(&self, suffix: &str) -> Vec<u8> {
-        [&*self.key, suffix.as_bytes()].concat()
-    }
-
     /// The key that holds our token as a string, as a plain lock's key does
     /// (the extend, release and fencing scripts take it): the lock's key
     /// (the first of several), or a writer's key; `None` for a reader, whose
     /// token is an entry in the readers' set.
-    pub(crate) fn held_key(&self) -> Option<std::borrow::Cow<'_, [u8]>> {
+    pub(crate) fn held_key(&self) -> Option<&[u8]> {
         match &self.shape {
-            Shape::One | Shape::All(_) => Some(std::borrow::Cow::Borrowed(&*self.key)),
-            Shape::Write { .. } => Some(std::borrow::Cow::Owned(self.sibling(WRITE_SUFFIX))),
-            Shape::Read => None,
+            Shape::One | Shape::All(_) => Some(&self.key),
+            Shape::Write { keys, .. } => Some(&keys.write),
+            Shape::Read(_) => None,
         }
     }
 }

@@ -448,42 +448,42 @@ end
 return 1"#;
 
 /// The code of the scripts a client uses (with fencing on or off), for
-/// `SCRIPT LOAD` at first contact.
+/// `SCRIPT LOAD` at first contact: all of [`CLIENT_SCRIPTS`], or all but the
+/// fencing scripts at its end.
 pub(crate) fn for_client(fencing: bool) -> &'static [&'static str] {
-    if fencing {
-        &[
-            WAIT_CODE,
-            RELEASE_CODE,
-            EXTEND_CODE,
-            ACQUIRE_ALL_CODE,
-            EXTEND_ALL_CODE,
-            RELEASE_ALL_CODE,
-            READ_CODE,
-            READ_EXTEND_CODE,
-            READ_RELEASE_CODE,
-            WRITE_CODE,
-            FENCE_SEED_CODE,
-            FENCE_WRITE_BACK_CODE,
-        ]
-    } else {
-        &[
-            WAIT_CODE,
-            RELEASE_CODE,
-            EXTEND_CODE,
-            ACQUIRE_ALL_CODE,
-            EXTEND_ALL_CODE,
-            RELEASE_ALL_CODE,
-            READ_CODE,
-            READ_EXTEND_CODE,
-            READ_RELEASE_CODE,
-            WRITE_CODE,
-        ]
-    }
+    let fencing_scripts = 2;
+    let used = CLIENT_SCRIPTS.len() - if fencing { 0 } else { fencing_scripts };
+    &CLIENT_SCRIPTS[..used]
 }
+
+/// Every script a client may run by `EVALSHA`, the fencing scripts last.
+const CLIENT_SCRIPTS: [&str; 12] = [
+    WAIT_CODE,
+    RELEASE_CODE,
+    EXTEND_CODE,
+    ACQUIRE_ALL_CODE,
+    EXTEND_ALL_CODE,
+    RELEASE_ALL_CODE,
+    READ_CODE,
+    READ_EXTEND_CODE,
+    READ_RELEASE_CODE,
+    WRITE_CODE,
+    FENCE_SEED_CODE,
+    FENCE_WRITE_BACK_CODE,
+];
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_loads_the_fencing_scripts_only_with_fencing_on() {
+        let fenced = [FENCE_SEED_CODE, FENCE_WRITE_BACK_CODE];
+        assert_eq!(for_client(true).len(), CLIENT_SCRIPTS.len());
+        assert!(fenced.iter().all(|code| for_client(true).contains(code)));
+        assert!(!fenced.iter().any(|code| for_client(false).contains(code)));
+        assert_eq!(for_client(false).len(), CLIENT_SCRIPTS.len() - fenced.len());
+    }
 
     #[test]
     fn the_scripts_mark_reservations_as_the_client_reads_them() {

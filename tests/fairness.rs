@@ -20,7 +20,7 @@ const TESTS: [&str; 2] = [
     "a_sigkilled_waiter_stops_blocking_within_its_lifetime",
 ];
 
-type AnyError = Box<dyn std::error::Error + Send + Sync>;
+use support::harness::AnyError;
 
 /// One worker process: `tasks` tasks lock, `INCR` the checker (it must read
 /// 1), hold 1 ms, `DECR`, unlock, for `seconds`. Prints
@@ -63,13 +63,7 @@ async fn fair_worker(
         handle.await?;
     }
     redlock.flush().await;
-    let [acquired, failed, overlaps] = &*counts;
-    println!(
-        "{} {} {}",
-        acquired.load(Ordering::Relaxed),
-        failed.load(Ordering::Relaxed),
-        overlaps.load(Ordering::Relaxed)
-    );
+    support::harness::report(&*counts);
     Ok(())
 }
 
@@ -104,13 +98,7 @@ fn four_processes_of_four_tasks_share_the_lock(exe: &std::path::Path) -> Result<
         if !output.status.success() {
             return Err(format!("worker failed: {} {text}", output.status).into());
         }
-        let counts: Vec<u64> = text
-            .split_whitespace()
-            .filter_map(|n| n.parse().ok())
-            .collect();
-        let [acquired, failed, overlapped] = counts[..] else {
-            return Err(format!("worker printed {text:?}").into());
-        };
+        let [acquired, failed, overlapped] = support::harness::counts::<3>(&text)?;
         println!("  worker: {acquired} acquisitions, {failed} failed calls");
         acquisitions.push(acquired);
         overlaps += overlapped;
@@ -226,54 +214,19 @@ fn main() -> ExitCode {
                 },
                 _ => Err("--fair-worker TASKS SECONDS CHECKER NODE...".into()),
             };
-            return match outcome {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(err) => {
-                    eprintln!("fair worker: {err}");
-                    ExitCode::FAILURE
-                }
-            };
+            return support::harness::exit("fair worker", outcome);
         }
         Some("--queued-waiter") => {
-            return match runtime.block_on(queued_waiter(&args[1..])) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(err) => {
-                    eprintln!("queued waiter: {err}");
-                    ExitCode::FAILURE
-                }
-            };
+            let outcome = runtime.block_on(queued_waiter(&args[1..]));
+            return support::harness::exit("queued waiter", outcome);
         }
         _ => {}
     }
-    // `cargo test` passes harness flags; a filter that names no test here runs nothing.
-    let filter = args.iter().find(|arg| !arg.starts_with('-'));
     let exe = std::env::current_exe().expect("own executable");
-    let mut failed = 0;
-    let mut ran = 0;
-    for name in TESTS {
-        if filter.is_some_and(|filter| !name.contains(filter.as_str())) {
-            continue;
+    support::harness::run_tests(&args, &TESTS, |name| match name {
+        "four_processes_of_four_tasks_share_the_lock" => {
+            four_processes_of_four_tasks_share_the_lock(&exe)
         }
-        ran += 1;
-        println!("test {name} ...");
-        let outcome = match name {
-            "four_processes_of_four_tasks_share_the_lock" => {
-                four_processes_of_four_tasks_share_the_lock(&exe)
-            }
-            _ => a_sigkilled_waiter_stops_blocking_within_its_lifetime(&exe, &runtime),
-        };
-        match outcome {
-            Ok(()) => println!("test {name} ... ok"),
-            Err(err) => {
-                println!("test {name} ... FAILED: {err}");
-                failed += 1;
-            }
-        }
-    }
-    println!("{} passed, {failed} failed", ran - failed);
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+        _ => a_sigkilled_waiter_stops_blocking_within_its_lifetime(&exe, &runtime),
+    })
 }

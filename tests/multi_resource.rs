@@ -299,13 +299,7 @@ async fn worker(
         handle.await?;
     }
     redlock.flush().await;
-    let [acquired, failed, overlaps] = &*counts;
-    println!(
-        "{} {} {}",
-        acquired.load(Ordering::Relaxed),
-        failed.load(Ordering::Relaxed),
-        overlaps.load(Ordering::Relaxed)
-    );
+    support::harness::report(&*counts);
     Ok(())
 }
 

@@ -120,13 +120,7 @@ async fn worker(
         handle.await?;
     }
     redlock.flush().await;
-    let [acquired, failed, violations] = &*counts;
-    println!(
-        "{} {} {}",
-        acquired.load(Ordering::Relaxed),
-        failed.load(Ordering::Relaxed),
-        violations.load(Ordering::Relaxed)
-    );
+    support::harness::report(&*counts);
     Ok(())
 }
 
@@ -418,26 +412,19 @@ async fn reader_holds_end_on_their_own() -> Outcome {
 async fn writers_and_readers_exclude_each_other() -> Outcome {
     let nodes = support::servers(3);
     let redlock = support::builder(&nodes).build()?;
-    let contended = |outcome: &quorlock::Result<quorlock::LockGuard>| {
-        matches!(outcome, Err(Error::Contended { .. }))
+    // Each outcome must be a refusal because the lock is held.
+    let refused = |outcome: quorlock::Result<quorlock::LockGuard>, what: &str| {
+        let held = matches!(outcome, Err(Error::Contended { .. }));
+        check(held, format!("{what}: {outcome:?}"))
     };
     let writer = redlock.write("t:x", TTL).await?;
-    let read = redlock.try_read("t:x", TTL).await;
-    check(contended(&read), format!("read under a writer: {read:?}"))?;
-    let write = redlock.try_write("t:x", TTL).await;
-    check(
-        contended(&write),
-        format!("write under a writer: {write:?}"),
-    )?;
+    refused(redlock.try_read("t:x", TTL).await, "read under a writer")?;
+    refused(redlock.try_write("t:x", TTL).await, "write under a writer")?;
     let plain = redlock.try_lock("t:x", TTL).await?;
     plain.unlock().await?;
     writer.unlock().await?;
     let reader = redlock.try_read("t:x", TTL).await?;
-    let write = redlock.try_write("t:x", TTL).await;
-    check(
-        contended(&write),
-        format!("write under a reader: {write:?}"),
-    )?;
+    refused(redlock.try_write("t:x", TTL).await, "write under a reader")?;
     let second = redlock.try_read("t:x", TTL).await?;
     reader.unlock().await?;
     second.unlock().await?;

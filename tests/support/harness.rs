@@ -62,6 +62,16 @@ pub fn exit(what: &str, outcome: Outcome) -> ExitCode {
     }
 }
 
+/// Prints a worker's counts on one line, separated by spaces, for
+/// [`counts`] to read in the parent.
+pub fn report(counts: &[std::sync::atomic::AtomicU64]) {
+    let shown: Vec<String> = counts
+        .iter()
+        .map(|count| count.load(std::sync::atomic::Ordering::Relaxed).to_string())
+        .collect();
+    println!("{}", shown.join(" "));
+}
+
 /// A worker's printed counts: `N` numbers separated by white space.
 pub fn counts<const N: usize>(text: &str) -> Result<[u64; N], AnyError> {
     let numbers: Vec<u64> = text
