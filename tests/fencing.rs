@@ -177,6 +177,45 @@ async fn fencing_off_sends_nothing_extra() {
     assert_eq!(calls, expected, "fencing on: {calls:?}");
 }
 
+/// At one node the counter a grant returns is the token: no write-back
+/// round, only `SET NX GET` with its `INCR` and the release script, and the
+/// tokens still rise by one per holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_fencing_sends_no_write_back() {
+    let nodes = servers(1);
+    let redlock = Redlock::builder(urls(&nodes))
+        .node_timeout(Duration::from_secs(2))
+        .fencing(true)
+        .build()
+        .unwrap();
+    cycles(&redlock, "one-warm-up", 5).await; // first contact, seeding
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    reset_stats(&nodes);
+    let mut tokens = Vec::new();
+    for i in 0..20 {
+        let guard = redlock
+            .lock(format!("fencing:one:{i}"), Duration::from_secs(5))
+            .await
+            .unwrap();
+        tokens.push(guard.fencing_token().expect("fencing is on"));
+        guard.unlock().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let calls = command_calls(&nodes);
+    let expected = counts(&[
+        ("set", 20),
+        ("incr", 20),
+        ("evalsha", 20),
+        ("get", 20),
+        ("del", 20),
+    ]);
+    assert_eq!(calls, expected, "one node, fencing on: {calls:?}");
+    assert!(
+        tokens.windows(2).all(|pair| pair[1] == pair[0] + 1),
+        "one INCR per holder: {tokens:?}"
+    );
+}
+
 /// Nodes whose counters differ: the token is the highest of the deciding
 /// grants, only the nodes behind it get the write-back, and the next
 /// holder's token is higher still, also from a quorum without the node ahead.
