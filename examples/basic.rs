@@ -1,4 +1,4 @@
-//! Lock, unlock and `with_lock` against the Redis nodes named on the command
+//! Lock, unlock, `with_lock`, and `keep_alive` with `lost`, against the Redis nodes named on the command
 //! line (or in `QUORLOCK_NODES`, comma-separated).
 //!
 //! ```text
@@ -65,5 +65,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .await?;
     println!("with_lock returned {total} after outliving its 500 ms TTL");
+
+    // 3. Work that is not one future: the guard extends itself in the
+    //    background, and `lost()` tells the moment it can no longer be
+    //    trusted; here the work (three batches) ends first.
+    let guard = redlock
+        .lock("example:export", Duration::from_millis(500))
+        .await?;
+    guard.keep_alive()?;
+    let lost = guard.lost();
+    tokio::pin!(lost);
+    for batch in 1..=3 {
+        tokio::select! {
+            biased;
+            err = &mut lost => return Err(err.into()),
+            _ = tokio::time::sleep(Duration::from_millis(400)) => println!("batch {batch} written"),
+        }
+    }
+    println!(
+        "kept past its 500 ms TTL by {} extension(s)",
+        guard.extensions()
+    );
+    guard.unlock().await?;
+    // A `lost` future outliving its guard tells the release.
+    println!("and after unlock, lost() says: {}", lost.await);
     Ok(())
 }

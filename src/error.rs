@@ -275,8 +275,7 @@ impl Error {
 
 /// Why a held lock was lost.
 ///
-/// `#[non_exhaustive]`: a guard that keeps itself extended in the
-/// background may come to report reasons of its own.
+/// `#[non_exhaustive]`: new reasons may come.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LostReason {
@@ -297,6 +296,10 @@ pub enum LostReason {
     /// The configured maximum hold time or number of extensions was reached,
     /// so the lock was left to run out.
     LimitReached,
+    /// The holder released the lock, or gave it up: the guard was unlocked,
+    /// dropped or forgotten. Only [`LockGuard::lost`](crate::LockGuard::lost)
+    /// futures that outlive their guard tell this.
+    Released,
 }
 
 impl LostReason {
@@ -322,6 +325,7 @@ impl fmt::Display for LostReason {
                 write!(f, "too few nodes reachable to extend ({votes})")
             }
             LostReason::LimitReached => f.write_str("maximum hold time or extension count reached"),
+            LostReason::Released => f.write_str("released by its holder"),
         }
     }
 }

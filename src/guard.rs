@@ -1,47 +1,25 @@
 //! [`LockGuard`]: a held lock; extend, unlock, run work under it; Drop fallback.
 //!
-//! ## Why a guard is never valid after its keys
-//!
-//! A guard claims the lock until `valid_until`. That claim is safe while at
-//! least a quorum of nodes keeps our key until then: any other client's
-//! `SET NX` needs a quorum, and two quorums share a node, which holds our key.
-//!
-//! - **Acquire**: every node that granted set its key at or after the round's
-//!   `start`, with TTL `ttl`; so each keeps it until at least `start + ttl`,
-//!   and `valid_until = start + ttl - drift` is before that on every clock
-//!   whose rate differs from ours by less than the drift factor.
-//! - **Extend** (the extend script resets our key's TTL to the new `ttl`,
-//!   on whichever nodes it reaches, whether or not the round succeeds, and
-//!   even if the caller gives up): before any request goes out,
-//!   `valid_until` drops to `min(valid_until, start + ttl - drift)`. Every
-//!   node that resets the key does so after `start`, so it keeps the key
-//!   until at least `start + ttl`; every node the request has not reached
-//!   keeps its old expiry, which was already covered. So the capped claim
-//!   holds whatever each node did. Only a round in which a quorum extended
-//!   our key, and that ended before both the capped and the new validity,
-//!   raises `valid_until` to `start + ttl - drift` (the quorum then has our
-//!   key until at least `start + ttl`).
-//! - **Nodes that disagree**: a node that refuses (our key is gone there)
-//!   or fails does not count; when refusals alone rule out a quorum, the
-//!   guard is marked lost at once (`remaining()` is zero), since another
-//!   client may then hold the lock.
+//! The guard's validity is a [`Lease`] it shares with the keeper that
+//! extends it and with its [`lost`](LockGuard::lost) futures; `lease.rs`
+//! argues why a guard is never valid after its keys.
 
 use std::fmt;
 use std::future::Future;
-use std::pin::{Pin, pin};
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::OptionFuture;
 use tracing::Instrument;
 
 use crate::answer::NodeError;
 use crate::engine::{Engine, To};
 use crate::error::{Error, LostReason, Result, show_resources};
+use crate::lease::{self, Ending, Lease};
 use crate::queue::Place;
 use crate::quorum::{Ttl, Unlocked};
 use crate::request::LockId;
-use crate::round::{Round, Until};
+use crate::round::Until;
 
 /// A held lock.
 ///
@@ -50,20 +28,18 @@ use crate::round::{Round, Until};
 /// [`forget`](Self::forget)) releases in the background on the current tokio
 /// runtime, or, outside a runtime, lets the keys expire by their TTL.
 ///
-/// A guard does not stop time: check [`remaining`](Self::remaining) or run the
-/// work under [`run`](Self::run), which cancels it when the lock is lost.
+/// A guard does not stop time: check [`remaining`](Self::remaining), run the
+/// work under [`run`](Self::run), which cancels it when the lock is lost, or
+/// have the guard extend itself ([`keep_alive`](Self::keep_alive)) and wait
+/// for [`lost`](Self::lost) beside the work.
 #[must_use = "dropping the guard releases the lock right away"]
 pub struct LockGuard {
     engine: Arc<Engine>,
     lock: LockId,
     /// The resource name's length: the end of the key.
     resource_len: usize,
-    ttl: Ttl,
-    acquired_at: Instant,
-    valid_until: Instant,
-    extensions: u32,
-    /// Set when an extension showed that a quorum no longer holds our token.
-    lost: bool,
+    /// The validity, shared with the keeper and the `lost` futures.
+    lease: Arc<Lease>,
     /// Whether Drop still has to release the keys.
     armed: bool,
     /// The fencing token, with fencing on.
@@ -75,9 +51,9 @@ impl fmt::Debug for LockGuard {
         // Never the token: whoever reads logs must not be able to release the lock.
         f.debug_struct("LockGuard")
             .field("resource", &self.shown_resource())
-            .field("valid_until", &self.valid_until)
+            .field("valid_until", &self.valid_until())
             .field("remaining", &self.remaining())
-            .field("extensions", &self.extensions)
+            .field("extensions", &self.extensions())
             .field("fencing_token", &self.fencing_token)
             .finish_non_exhaustive()
     }
@@ -99,11 +75,7 @@ impl LockGuard {
             engine,
             lock,
             resource_len,
-            ttl,
-            acquired_at: start,
-            valid_until: ttl.valid_until(start),
-            extensions: 0,
-            lost: false,
+            lease: Arc::new(Lease::new(ttl, start)),
             armed: true,
             fencing_token,
         }
@@ -137,26 +109,23 @@ impl LockGuard {
 
     /// The TTL of the last successful acquisition or extension, in whole milliseconds.
     pub fn ttl(&self) -> Duration {
-        self.ttl.duration
+        self.lease.read(|v| v.ttl.duration)
     }
 
     /// When the lock was acquired (the start of the winning round).
     pub fn acquired_at(&self) -> Instant {
-        self.acquired_at
+        self.lease.acquired_at()
     }
 
     /// The instant (monotonic clock) until which the lock is valid:
     /// `round start + ttl - drift`, moved on by each successful extension.
     pub fn valid_until(&self) -> Instant {
-        self.valid_until
+        self.lease.read(|v| v.valid_until)
     }
 
     /// The validity left: zero once it ran out or an extension showed the lock lost.
     pub fn remaining(&self) -> Duration {
-        if self.lost {
-            return Duration::ZERO;
-        }
-        self.valid_until.saturating_duration_since(Instant::now())
+        self.lease.remaining()
     }
 
     /// Whether the lock is still valid (see [`remaining`](Self::remaining)).
@@ -179,7 +148,7 @@ impl LockGuard {
 
     /// How many successful extensions this guard has made.
     pub fn extensions(&self) -> u32 {
-        self.extensions
+        self.lease.read(|v| v.extensions)
     }
 
     /// Resets the lock's remaining life to `ttl` from now, on a quorum of nodes.
@@ -213,66 +182,15 @@ impl LockGuard {
         let ttl = self.engine.ttl(ttl)?;
         Error::ensure_runtime()?;
         let span = tracing::debug_span!("quorlock.extend", resource = %self.shown_resource(), ttl_ms = ttl.millis);
-        if self.lost || Instant::now() >= self.valid_until {
-            return Err(self.lost_error(LostReason::Expired, None));
-        }
-        let start = self.begin_extension(ttl);
-        let round = self.engine.extend(&self.lock, ttl).instrument(span).await;
-        self.apply_extension(round, start, ttl)
+        (self.lease)
+            .extend(&self.engine, &self.lock, Some(ttl))
+            .instrument(span)
+            .await
             .map_err(|(reason, source)| self.lost_error(reason, source))
     }
 
-    /// Notes that an extension to `ttl` is about to be sent, and returns its
-    /// start. Every node it reaches resets our key to `ttl` from about now,
-    /// so the validity drops to `start + ttl - drift` if that is sooner, and
-    /// stays there unless the round succeeds (see [`apply_extension`]).
-    ///
-    /// [`apply_extension`]: Self::apply_extension
-    fn begin_extension(&mut self, ttl: Ttl) -> Instant {
-        let start = Instant::now();
-        self.valid_until = self.valid_until.min(ttl.valid_until(start));
-        start
-    }
-
-    /// Takes in an extension round that started at `start` (after
-    /// [`begin_extension`](Self::begin_extension)). It is applied only if a
-    /// quorum extended our key and the round ended before the validity the
-    /// guard had (already capped at the new one), and before the new one.
-    fn apply_extension(
-        &mut self,
-        mut round: Round,
-        start: Instant,
-        ttl: Ttl,
-    ) -> std::result::Result<(), (LostReason, Option<NodeError>)> {
-        let (votes, last_error) = round.tally();
-        let finished = Instant::now();
-        round.log("extend round");
-        if votes.has_quorum() {
-            let new_valid_until = ttl.valid_until(start);
-            if finished < self.valid_until && finished < new_valid_until {
-                self.valid_until = new_valid_until;
-                self.ttl = ttl;
-                self.extensions = self.extensions.saturating_add(1);
-                return Ok(());
-            }
-            return Err((LostReason::Expired, last_error));
-        }
-        if votes.refusals_rule_out_quorum() {
-            self.lost = true;
-            // Another client may hold the lock now: this one's validity ends.
-            self.valid_until = self.valid_until.min(finished);
-            return Err((LostReason::ExtensionRefused { votes }, last_error));
-        }
-        Err((LostReason::Unreachable { votes }, last_error))
-    }
-
     fn lost_error(&self, reason: LostReason, source: Option<NodeError>) -> Error {
-        tracing::warn!(resource = %self.shown_resource(), %reason, "lock lost");
-        Error::LockLost {
-            resource: self.shown_resource(),
-            reason,
-            source,
-        }
+        lost_error(self.shown_resource(), (reason, source))
     }
 
     /// Releases the lock on every node (a token-checked delete) and consumes
@@ -292,6 +210,8 @@ impl LockGuard {
     /// in the background; the lock is released either way (or expires).
     pub async fn unlock(mut self) -> Result<Unlocked> {
         Error::ensure_runtime()?;
+        // A keeper stops before the release goes out.
+        self.lease.end((LostReason::Released, None));
         let span = tracing::debug_span!("quorlock.unlock", resource = %self.shown_resource());
         let mut round = self
             .engine
@@ -319,18 +239,82 @@ impl LockGuard {
     }
 
     /// Gives the guard up without releasing: the keys expire by their TTL.
+    /// A keeper ([`keep_alive`](Self::keep_alive)) stops, and
+    /// [`lost`](Self::lost) futures resolve with [`LostReason::Released`].
     pub fn forget(mut self) {
         self.armed = false;
     }
 
-    /// Whether automatic extension may extend at `at` without breaking the limits.
-    fn may_extend_at(&self, at: Instant) -> bool {
-        let config = &self.engine.config;
-        let under_count = config
-            .max_extensions
-            .is_none_or(|max| self.extensions < max);
-        let held_by_then = at.saturating_duration_since(self.acquired_at) + self.ttl.duration;
-        under_count && held_by_then <= config.max_hold
+    /// Has the guard keep the lock extended in the background until it is
+    /// unlocked, dropped or forgotten, or lost: about a third of the TTL
+    /// before the validity would end, within the configured
+    /// [`max_hold`](crate::RedlockBuilder::max_hold) and
+    /// [`max_extensions`](crate::RedlockBuilder::max_extensions) (whether or
+    /// not [`auto_extend`](crate::RedlockBuilder::auto_extend) is on: this
+    /// call is the opt-in), retrying a failed extension until the validity
+    /// ends. It is the keeper [`run`](Self::run) uses, on a task of its own.
+    ///
+    /// Pair it with [`lost`](Self::lost), which tells the moment the lock
+    /// can no longer be trusted. Calling it again does nothing. The keeper
+    /// is not one of [`Redlock::flush`](crate::Redlock::flush)'s background
+    /// tasks: it ends with the guard.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoRuntime`] outside a tokio runtime.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: quorlock::Redlock) -> quorlock::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let guard = redlock.lock("report", Duration::from_secs(10)).await?;
+    /// guard.keep_alive()?;
+    /// let lost = guard.lost();
+    /// tokio::select! {
+    ///     biased;
+    ///     err = lost => eprintln!("stop writing: {err}"),
+    ///     _ = tokio::time::sleep(Duration::from_secs(30)) => {} // the work
+    /// }
+    /// guard.unlock().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn keep_alive(&self) -> Result<()> {
+        Error::ensure_runtime()?;
+        if self.lease.mark_kept() {
+            let keeper = lease::keep_in_background(
+                self.lease.clone(),
+                self.engine.clone(),
+                self.lock.clone(),
+            );
+            crate::tasks::spawn(keeper);
+        }
+        Ok(())
+    }
+
+    /// A future that resolves, with [`Error::LockLost`], the moment this
+    /// lock can no longer be trusted: its validity ran out
+    /// ([`LostReason::Expired`], or the last extension's failure:
+    /// [`LostReason::Unreachable`], or [`LostReason::LimitReached`]), a
+    /// quorum refused an extension ([`LostReason::ExtensionRefused`]), or
+    /// the guard was unlocked, dropped or forgotten ([`LostReason::Released`]).
+    ///
+    /// It tells the loss by itself (a timer on the validity, woken by every
+    /// change to it), so it works with or without a keeper: without
+    /// [`keep_alive`](Self::keep_alive) or [`run`](Self::run) nothing extends
+    /// the lock, and it resolves when the TTL's validity ends. Owned
+    /// (`Send + 'static`), so it can go to another task or into `select!`
+    /// beside the work; take as many as you like.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches.
+    pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
+        let wait = self.lease.lost();
+        let resource = self.shown_resource();
+        async move { lost_error(resource, wait.await) }
     }
 
     /// Runs `work` while the lock is held and returns its output.
@@ -341,6 +325,10 @@ impl LockGuard {
     /// until the validity ends. The moment the validity ends without a
     /// successful extension, or an extension shows a quorum no longer holds
     /// the lock, `work` is dropped (cancelled) and the error says why.
+    ///
+    /// This is [`lost`](Self::lost) raced against `work`, with the keeper
+    /// of [`keep_alive`](Self::keep_alive) run inline (unless one already
+    /// runs in the background, or auto-extension is off).
     ///
     /// # Errors
     ///
@@ -354,74 +342,39 @@ impl LockGuard {
     /// validity of its last successful extension.
     pub async fn run<F: Future>(&mut self, work: F) -> Result<F::Output> {
         Error::ensure_runtime()?;
-        let mut work = pin!(work);
-        let auto_extend = self.engine.config.auto_extend;
-        let retry_pause = (self.ttl.duration / 20).max(self.engine.config.node_timeout);
-        let mut extension: Option<Extension> = None;
-        let mut retry_at: Option<Instant> = None;
-        let mut last_failure: Option<(LostReason, Option<NodeError>)> = None;
-        loop {
-            if self.lost {
-                let (reason, source) = last_failure.take().unwrap_or((LostReason::Expired, None));
-                return Err(self.lost_error(reason, source));
-            }
-            let valid_until = self.valid_until;
-            let renew_at = retry_at.unwrap_or_else(|| {
-                valid_until
-                    .checked_sub(self.ttl.duration / 3)
-                    .unwrap_or(valid_until)
-            });
-            let can_extend = auto_extend && extension.is_none() && self.may_extend_at(renew_at);
-            tokio::select! {
-                biased;
-                _ = tokio::time::sleep_until(valid_until.into()) => {
-                    return Err(self.ran_out(last_failure.take(), renew_at));
-                }
-                Some((round, start)) = OptionFuture::from(extension.as_mut()), if extension.is_some() => {
-                    extension = None;
-                    let ttl = self.ttl;
-                    last_failure = self.apply_extension(round, start, ttl).err();
-                    retry_at = last_failure.is_some().then(|| Instant::now() + retry_pause);
-                }
-                output = &mut work => return Ok(output),
-                _ = tokio::time::sleep_until(renew_at.into()), if can_extend => {
-                    extension = Some(self.start_extension());
-                }
-            }
+        let work = pin!(work);
+        let extend = self.engine.config.auto_extend && !self.lease.read(|v| v.kept);
+        let keeper = async {
+            self.lease.keep(&self.engine, &self.lock, extend).await;
+            // The end is in the lease, for `lost` to tell.
+            std::future::pending::<std::convert::Infallible>().await
+        };
+        let lost = self.lease.lost();
+        tokio::select! {
+            biased;
+            (reason, source) = lost => Err(self.lost_error(reason, source)),
+            never = keeper => match never {},
+            output = work => Ok(output),
         }
-    }
-
-    /// The error when `run`'s validity ran out: the last extension's
-    /// failure, or why no extension was made.
-    fn ran_out(
-        &self,
-        last_failure: Option<(LostReason, Option<NodeError>)>,
-        renew_at: Instant,
-    ) -> Error {
-        let (reason, source) = last_failure.unwrap_or_else(|| {
-            if self.engine.config.auto_extend && !self.may_extend_at(renew_at) {
-                (LostReason::LimitReached, None)
-            } else {
-                (LostReason::Expired, None)
-            }
-        });
-        self.lost_error(reason, source)
-    }
-
-    /// Starts an automatic extension to the guard's TTL (its validity is
-    /// capped at once: see [`begin_extension`](Self::begin_extension)).
-    fn start_extension(&mut self) -> Extension {
-        let (engine, lock, ttl) = (self.engine.clone(), self.lock.clone(), self.ttl);
-        let start = self.begin_extension(ttl);
-        Box::pin(async move { (engine.extend(&lock, ttl).await, start) })
     }
 }
 
-/// An extension round under way in [`LockGuard::run`], with its start.
-type Extension = Pin<Box<dyn Future<Output = (Round, Instant)> + Send>>;
+/// The error that tells `ending` of the lock on `resource`, logged.
+fn lost_error(resource: String, (reason, source): Ending) -> Error {
+    if reason != LostReason::Released {
+        tracing::warn!(%resource, %reason, "lock lost");
+    }
+    Error::LockLost {
+        resource,
+        reason,
+        source,
+    }
+}
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        // A keeper stops; `lost` futures tell the release.
+        self.lease.end((LostReason::Released, None));
         if !self.armed {
             return;
         }

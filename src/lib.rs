@@ -29,10 +29,13 @@
 //!    docs hold the safety arguments of the locks on several resources and
 //!    of the read-write lock.
 //! 5. `guard.rs`: [`LockGuard`], the held lock: [`extend`](LockGuard::extend),
-//!    [`unlock`](LockGuard::unlock), [`forget`](LockGuard::forget), and
-//!    [`run`](LockGuard::run), the timeout guard that cancels work when the
-//!    lock is lost, with the argument for why a guard is never valid after
-//!    its keys.
+//!    [`unlock`](LockGuard::unlock), [`forget`](LockGuard::forget),
+//!    [`keep_alive`](LockGuard::keep_alive) and [`lost`](LockGuard::lost)
+//!    (extension in the background, and the signal that the lock can no
+//!    longer be trusted), and [`run`](LockGuard::run), the timeout guard
+//!    that cancels work when the lock is lost; `lease.rs`: the validity
+//!    they share, the keeper that extends it, and the argument for why a
+//!    guard is never valid after its keys.
 //! 6. `request.rs`: what a round asks each node (acquire, wait in the
 //!    queue, extend, fencing write-back, release, inspect) and the lock's
 //!    identity (key and token).
@@ -273,6 +276,7 @@ mod acquire;
 mod config;
 mod engine;
 mod guard;
+mod lease;
 mod redlock;
 
 pub use answer::{NodeError, NodeErrorKind, NotCounted};
@@ -305,6 +309,9 @@ mod bounds {
         assert_send(&redlock.with_lock(resource, ttl, async {}));
         assert_send(&guard.extend(ttl));
         assert_send(&guard.run(async {}));
+        let lost = guard.lost();
+        assert_send(&lost);
+        let _: &(dyn std::future::Future<Output = crate::Error> + Send + 'static) = &lost;
         assert_send(&guard.unlock());
     }
 }

@@ -1,0 +1,341 @@
+//! [`Lease`]: a held lock's validity, shared by its guard, by the keeper
+//! that extends it ([`Lease::keep`]: inside [`LockGuard::run`], or in the
+//! background after [`LockGuard::keep_alive`]) and by the futures that wait
+//! for its loss ([`LockGuard::lost`]).
+//!
+//! ## Why a guard is never valid after its keys
+//!
+//! A guard claims the lock until `valid_until`. That claim is safe while at
+//! least a quorum of nodes keeps our key until then: any other client's
+//! `SET NX` needs a quorum, and two quorums share a node, which holds our key.
+//!
+//! - **Acquire**: every node that granted set its key at or after the round's
+//!   `start`, with TTL `ttl`; so each keeps it until at least `start + ttl`,
+//!   and `valid_until = start + ttl - drift` is before that on every clock
+//!   whose rate differs from ours by less than the drift factor.
+//! - **Extend** (the extend script resets our key's TTL to the new `ttl`,
+//!   on whichever nodes it reaches, whether or not the round succeeds, and
+//!   even if the caller gives up): before any request goes out,
+//!   `valid_until` drops to `min(valid_until, start + ttl - drift)`
+//!   ([`Lease::begin_extension`]). Every node that resets the key does so
+//!   after `start`, so it keeps the key until at least `start + ttl`; every
+//!   node the request has not reached keeps its old expiry, which was
+//!   already covered. So the capped claim holds whatever each node did. Only
+//!   a round in which a quorum extended our key, and that ended before both
+//!   the capped and the new validity, raises `valid_until` to `start + ttl -
+//!   drift` (the quorum then has our key until at least `start + ttl`).
+//! - **One extension at a time.** The argument above takes the rounds one by
+//!   one: a round to a long TTL that ended after another, later round to a
+//!   shorter one had reached some nodes would raise the validity past what
+//!   those nodes keep. So every extension round (the keeper's and
+//!   [`LockGuard::extend`]'s) holds the lease's `extending` mutex from its
+//!   cap to its outcome.
+//! - **Nodes that disagree**: a node that refuses (our key is gone there)
+//!   or fails does not count; when refusals alone rule out a quorum, the
+//!   lease ends at once (`remaining()` is zero), since another client may
+//!   then hold the lock.
+//!
+//! ## When the loss is told
+//!
+//! [`Lease::lost`] resolves the moment the lease can no longer be trusted:
+//! when it ended (refused, or released by its holder), or when the clock
+//! reaches `valid_until`. It reads the clock under the lease's lock, and an
+//! extension applies its outcome under the same lock, with the time it
+//! ended read there: so an extension applied after the loss was told
+//! finished after `valid_until` and is refused, and a loss is never told
+//! for a lease that an extension had already renewed. The keeper is not
+//! needed for the loss to be told: a keeper held up (a busy runtime) delays
+//! only the renewal.
+//!
+//! [`LockGuard::run`]: crate::LockGuard::run
+//! [`LockGuard::keep_alive`]: crate::LockGuard::keep_alive
+//! [`LockGuard::lost`]: crate::LockGuard::lost
+//! [`LockGuard::extend`]: crate::LockGuard::extend
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::answer::NodeError;
+use crate::config::Config;
+use crate::engine::Engine;
+use crate::error::LostReason;
+use crate::quorum::Ttl;
+use crate::request::LockId;
+use crate::round::Round;
+
+/// Why a lease ended, with the last node error behind it.
+pub(crate) type Ending = (LostReason, Option<NodeError>);
+
+/// A held lock's validity and the lock on its extensions.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    validity: watch::Sender<Validity>,
+    /// Held by each extension round from its cap to its outcome.
+    extending: tokio::sync::Mutex<()>,
+    acquired_at: Instant,
+}
+
+/// What a lease knows at one moment.
+#[derive(Debug)]
+pub(crate) struct Validity {
+    /// The TTL of the last successful acquisition or extension.
+    pub(crate) ttl: Ttl,
+    /// Until when the lock is valid, unless `ended` says otherwise.
+    pub(crate) valid_until: Instant,
+    /// Successful extensions so far.
+    pub(crate) extensions: u32,
+    /// Why the lease ended before `valid_until`: refused, or released.
+    pub(crate) ended: Option<Ending>,
+    /// What to tell if `valid_until` passes: the last failed extension, or
+    /// the limit that stopped the keeper (else: expired).
+    pub(crate) on_expiry: Option<Ending>,
+    /// Whether a keeper runs in the background.
+    pub(crate) kept: bool,
+}
+
+impl Validity {
+    /// What ended the lease at `now`, if it has ended.
+    fn ending_at(&self, now: Instant) -> Option<Ending> {
+        if let Some(ending) = &self.ended {
+            return Some(ending.clone());
+        }
+        (now >= self.valid_until)
+            .then(|| (self.on_expiry.clone()).unwrap_or((LostReason::Expired, None)))
+    }
+}
+
+impl Lease {
+    /// The lease of a lock won by a round that started at `start`.
+    pub(crate) fn new(ttl: Ttl, start: Instant) -> Self {
+        let (validity, _) = watch::channel(Validity {
+            ttl,
+            valid_until: ttl.valid_until(start),
+            extensions: 0,
+            ended: None,
+            on_expiry: None,
+            kept: false,
+        });
+        Lease {
+            validity,
+            extending: tokio::sync::Mutex::new(()),
+            acquired_at: start,
+        }
+    }
+
+    /// When the lock was acquired.
+    pub(crate) fn acquired_at(&self) -> Instant {
+        self.acquired_at
+    }
+
+    /// Reads the validity.
+    pub(crate) fn read<R>(&self, read: impl FnOnce(&Validity) -> R) -> R {
+        read(&self.validity.borrow())
+    }
+
+    /// The validity left: zero once it ran out or the lease ended.
+    pub(crate) fn remaining(&self) -> Duration {
+        self.read(|v| match v.ended {
+            Some(_) => Duration::ZERO,
+            None => v.valid_until.saturating_duration_since(Instant::now()),
+        })
+    }
+
+    /// Ends the lease for `ending`, unless it has ended already: the keeper
+    /// stops, and [`lost`](Self::lost) futures resolve.
+    pub(crate) fn end(&self, ending: Ending) {
+        self.validity.send_if_modified(|v| {
+            let first = v.ended.is_none();
+            if first {
+                v.ended = Some(ending);
+            }
+            first
+        });
+    }
+
+    /// Marks the lease as kept by a background keeper; `false` if it was already.
+    pub(crate) fn mark_kept(&self) -> bool {
+        // Nobody waits for this change: no wake-up.
+        let mut first = false;
+        self.validity.send_if_modified(|v| {
+            first = !v.kept;
+            v.kept = true;
+            false
+        });
+        first
+    }
+
+    /// Resolves with why the lease ended, the moment it ends (see the module
+    /// docs). Owned: it holds a receiver, not the lease.
+    pub(crate) fn lost(&self) -> impl Future<Output = Ending> + Send + 'static {
+        let mut changes = self.validity.subscribe();
+        async move {
+            loop {
+                let valid_until = match check(&mut changes) {
+                    Ok(ending) => return ending,
+                    Err(valid_until) => valid_until,
+                };
+                let lease_gone = tokio::select! {
+                    biased;
+                    changed = changes.changed() => changed.is_err(),
+                    _ = tokio::time::sleep_until(valid_until.into()) => false,
+                };
+                if lease_gone {
+                    // Its guard is gone with it.
+                    return (LostReason::Released, None);
+                }
+            }
+        }
+    }
+
+    /// One extension round to `ttl`: caps the validity, asks every node,
+    /// applies the outcome; all under the `extending` mutex. `ttl: None`
+    /// extends to the lease's own TTL, read under the mutex.
+    ///
+    /// Cancel safe: dropped, the validity stays capped (see the module docs).
+    pub(crate) async fn extend(
+        &self,
+        engine: &Engine,
+        lock: &LockId,
+        ttl: Option<Ttl>,
+    ) -> Result<(), Ending> {
+        let _one_at_a_time = self.extending.lock().await;
+        let ttl = ttl.unwrap_or_else(|| self.read(|v| v.ttl));
+        let start = self.begin_extension(ttl)?;
+        let round = engine.extend(lock, ttl).await;
+        self.apply_extension(round, start, ttl)
+    }
+
+    /// Notes that an extension to `ttl` is about to be sent, and returns its
+    /// start; `Err` if the lease already ended. Every node it reaches resets
+    /// our key to `ttl` from about now, so the validity drops to `start + ttl
+    /// - drift` if that is sooner, and stays there unless the round succeeds.
+    fn begin_extension(&self, ttl: Ttl) -> Result<Instant, Ending> {
+        let mut outcome = Err((LostReason::Expired, None));
+        self.validity.send_if_modified(|v| {
+            let start = Instant::now();
+            if let Some(ending) = v.ending_at(start) {
+                outcome = Err(ending);
+                return false;
+            }
+            outcome = Ok(start);
+            let capped = v.valid_until.min(ttl.valid_until(start));
+            let changed = capped != v.valid_until;
+            v.valid_until = capped;
+            changed
+        });
+        outcome
+    }
+
+    /// Takes in an extension round that started at `start` (after
+    /// [`begin_extension`](Self::begin_extension)). It is applied only if a
+    /// quorum extended our key and the round ended before the validity the
+    /// lease had (already capped at the new one), and before the new one.
+    fn apply_extension(&self, mut round: Round, start: Instant, ttl: Ttl) -> Result<(), Ending> {
+        let (votes, last_error) = round.tally();
+        round.log("extend round");
+        let mut outcome = Ok(());
+        self.validity.send_modify(|v| {
+            // Read here, under the lease's lock: see "When the loss is told".
+            let finished = Instant::now();
+            if let Some(ending) = v.ending_at(finished) {
+                outcome = Err(ending);
+            } else if votes.has_quorum() {
+                let new_valid_until = ttl.valid_until(start);
+                if finished < new_valid_until {
+                    v.valid_until = new_valid_until;
+                    v.ttl = ttl;
+                    v.extensions = v.extensions.saturating_add(1);
+                    v.on_expiry = None;
+                } else {
+                    outcome = Err((LostReason::Expired, last_error));
+                }
+            } else if votes.refusals_rule_out_quorum() {
+                // Another client may hold the lock now: this lease ends.
+                let ending = (LostReason::ExtensionRefused { votes }, last_error);
+                v.valid_until = v.valid_until.min(finished);
+                v.ended = Some(ending.clone());
+                outcome = Err(ending);
+            } else {
+                let failure = (LostReason::Unreachable { votes }, last_error);
+                v.on_expiry = Some(failure.clone());
+                outcome = Err(failure);
+            }
+        });
+        outcome
+    }
+
+    /// Keeps the lease extended until it ends: about a third of the TTL
+    /// before the validity would end, as long as `config`'s maximum hold
+    /// time and extension count allow, retrying a failed extension after a
+    /// pause. Returns once the lease ended (released, refused, or run out);
+    /// its end is in the lease for [`lost`](Self::lost) to tell. With
+    /// `extend` false it only waits for the end.
+    ///
+    /// Cancel safe: dropped, it leaves the lease as it was (capped, if an
+    /// extension was under way).
+    pub(crate) async fn keep(&self, engine: &Engine, lock: &LockId, extend: bool) {
+        let mut changes = self.validity.subscribe();
+        let mut retry_at: Option<Instant> = None;
+        loop {
+            let (valid_until, renew_at, can_extend) = {
+                let v = changes.borrow_and_update();
+                if v.ending_at(Instant::now()).is_some() {
+                    return;
+                }
+                let renew_at = retry_at.unwrap_or_else(|| {
+                    (v.valid_until.checked_sub(v.ttl.duration / 3)).unwrap_or(v.valid_until)
+                });
+                let allowed = self.may_extend_at(&engine.config, &v, renew_at);
+                (v.valid_until, renew_at, extend && allowed)
+            };
+            if extend && !can_extend {
+                self.validity.send_if_modified(|v| {
+                    v.on_expiry.get_or_insert((LostReason::LimitReached, None));
+                    false
+                });
+            }
+            tokio::select! {
+                biased;
+                _ = tokio::time::sleep_until(valid_until.into()) => {}
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                _ = tokio::time::sleep_until(renew_at.into()), if can_extend => {
+                    let round = self.extend(engine, lock, None);
+                    let outcome = tokio::select! {
+                        biased;
+                        // The validity ran out with the round under way.
+                        _ = tokio::time::sleep_until(valid_until.into()) => continue,
+                        outcome = round => outcome,
+                    };
+                    let pause = self.read(|v| v.ttl.duration / 20).max(engine.config.node_timeout);
+                    retry_at = outcome.is_err().then(|| Instant::now() + pause);
+                }
+            }
+        }
+    }
+
+    /// Whether the keeper may extend at `at` without breaking `config`'s limits.
+    fn may_extend_at(&self, config: &Config, v: &Validity, at: Instant) -> bool {
+        let under_count = config.max_extensions.is_none_or(|max| v.extensions < max);
+        let held_by_then = at.saturating_duration_since(self.acquired_at) + v.ttl.duration;
+        under_count && held_by_then <= config.max_hold
+    }
+}
+
+/// The lease's end, read at once and marked seen, if it has ended; else
+/// until when it is valid.
+fn check(changes: &mut watch::Receiver<Validity>) -> Result<Ending, Instant> {
+    let v = changes.borrow_and_update();
+    v.ending_at(Instant::now()).ok_or(v.valid_until)
+}
+
+/// A background keeper: keeps `lease` extended until it ends.
+pub(crate) async fn keep_in_background(lease: Arc<Lease>, engine: Arc<Engine>, lock: LockId) {
+    lease.keep(&engine, &lock, true).await;
+}
