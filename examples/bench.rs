@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use rand::Rng;
+use rand::RngExt;
 
 /// Counts heap allocations, to report allocations per cycle.
 struct Counting;

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use quorlock::Redlock;
-use rand::Rng;
+use rand::RngExt;
 use redis::AsyncCommands;
 
 const ACCOUNTS: [&str; 4] = ["alice", "bob", "carol", "dave"];

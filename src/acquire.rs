@@ -89,7 +89,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rand::Rng;
+use rand::RngExt;
 use tracing::Instrument;
 
 use crate::answer::Answer;

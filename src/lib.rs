@@ -87,6 +87,18 @@
 //! # }
 //! ```
 //!
+//! ## Features
+//!
+//! - `tls`: `rediss://` nodes, with rustls (ring as its crypto provider);
+//!   the system's CA store or `SSL_CERT_FILE` decides trust, or pass your
+//!   own `redis::Client`s to [`Redlock::from_clients`].
+//! - `cli`: the `quorlock` command-line tool, a distributed `flock`
+//!   (`cargo install quorlock --features cli`). The library's API is the
+//!   same with or without it.
+//!
+//! No feature is on by default. Both are documented here and built on
+//! docs.rs.
+//!
 //! ## The algorithm
 //!
 //! One acquire round:

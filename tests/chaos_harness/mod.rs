@@ -24,7 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use quorlock::Redlock;
-use rand::Rng;
+use rand::RngExt;
 use redis::AsyncCommands;
 
 use crate::support::RedisServer;
