@@ -919,3 +919,152 @@ fn a_run_on_two_resources_excludes_a_run_on_either() {
     ]));
     assert_eq!(usage.status.code(), Some(2), "{usage:?}");
 }
+
+/// What `sh -c 'echo ...'` under `quorlock run ARGS` printed: CMD's view of
+/// its environment.
+fn cmd_env(nodes: &[RedisServer], args: &[&str]) -> String {
+    let out = output(
+        quorlock(nodes)
+            .arg("run")
+            .args(args)
+            .args(["--", "sh", "-c"])
+            .arg("echo \"${QUORLOCK_FENCING_TOKEN-none}|$QUORLOCK_RESOURCE|$QUORLOCK_KEY\""),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// `--fencing` gives CMD its fencing token, rising from run to run; every
+/// run gives it the resource and the key; `--fencing` with `--read` is a
+/// usage error.
+#[test]
+fn fencing_token_resource_and_key_reach_cmd() {
+    let nodes = servers(3);
+    let fenced = ["--resource", "cli:fenced", "--fencing"];
+    let first = cmd_env(&nodes, &fenced);
+    let second = cmd_env(&nodes, &fenced);
+    let token = |line: &str| -> u64 {
+        line.split('|')
+            .next()
+            .and_then(|token| token.parse().ok())
+            .unwrap_or_else(|| panic!("no token in {line:?}"))
+    };
+    assert!(token(&second) > token(&first), "{first} then {second}");
+    assert!(
+        first.ends_with("|cli:fenced|quorlock:cli:fenced"),
+        "resource and key: {first}"
+    );
+    let plain = cmd_env(&nodes, &["--resource", "cli:b", "--resource", "cli:a"]);
+    assert_eq!(
+        plain, "none|cli:b,cli:a|quorlock:cli:a",
+        "no token without --fencing"
+    );
+    let write = cmd_env(&nodes, &["--resource", "cli:rw", "--write", "--fencing"]);
+    assert!(token(&write) > 0, "a writer has a token: {write}");
+    let out = output(quorlock(&nodes).args([
+        "run",
+        "--resource",
+        "cli:rw",
+        "--read",
+        "--fencing",
+        "--",
+        "true",
+    ]));
+    assert_eq!(out.status.code(), Some(2), "--read --fencing");
+}
+
+/// `status --json`: one object with the state, holder, quorum and each
+/// node, held while a run holds the lock (exit 0) and free after (exit 1);
+/// with `--rw`, the writer, intent and readers.
+#[test]
+fn status_json_for_scripts() {
+    let nodes = servers(3);
+    let status = |extra: &[&str]| -> (Option<i32>, serde_json::Value) {
+        let out = output(
+            quorlock(&nodes)
+                .args(["status", "--resource", "cli:json", "--json"])
+                .args(extra),
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let value = serde_json::from_str(&text).unwrap_or_else(|err| panic!("{err}: {text}"));
+        (out.status.code(), value)
+    };
+    let (code, free) = status(&[]);
+    assert_eq!(code, Some(1));
+    assert_eq!(free["state"], "free", "{free}");
+    assert_eq!(free["resource"], "cli:json");
+    assert_eq!(free["quorum"], 2);
+    assert!(free["holder"].is_null());
+    let mut holder = quorlock(&nodes)
+        .args([
+            "run",
+            "--resource",
+            "cli:json",
+            "--ttl",
+            "5s",
+            "--",
+            "sleep",
+            "2",
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let held = loop {
+        let (code, value) = status(&[]);
+        let all_held = (value["nodes"].as_array())
+            .is_some_and(|nodes| nodes.iter().all(|node| node["state"] == "held"));
+        if code == Some(0) && all_held {
+            break value;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never held: {value}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(held["state"], "held");
+    let holder_prefix = held["holder"].as_str().expect("a holder").to_owned();
+    for node in held["nodes"].as_array().unwrap() {
+        assert_eq!(node["token_prefix"], holder_prefix.as_str(), "{held}");
+        let ttl = node["ttl_ms"].as_u64().expect("a TTL");
+        assert!(ttl > 0 && ttl <= 5000, "{held}");
+        assert!(
+            node["node"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("127.0.0.1:"))
+        );
+    }
+    assert_eq!(holder.wait().unwrap().code(), Some(0));
+    let (code, after) = status(&[]);
+    assert_eq!(
+        (code, &after["state"]),
+        (Some(1), &serde_json::json!("free"))
+    );
+    let (code, rw) = status(&["--rw"]);
+    assert_eq!(code, Some(1));
+    assert_eq!(rw["state"], "free", "{rw}");
+    assert_eq!(rw["writer"]["state"], "free");
+    assert_eq!(rw["readers"].as_array().map(Vec::len), Some(3), "{rw}");
+}
+
+/// `completions SHELL` prints a script that completes the subcommands and
+/// options; an unknown shell is a usage error.
+#[test]
+fn completions_for_each_shell() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = output(Command::new(env!("CARGO_BIN_EXE_quorlock")).args(["completions", shell]));
+        assert_eq!(out.status.code(), Some(0), "{shell}");
+        let script = String::from_utf8_lossy(&out.stdout);
+        for word in ["quorlock", "status", "resource", "fencing"] {
+            assert!(script.contains(word), "{shell} completion lacks {word}");
+        }
+    }
+    let out = output(Command::new(env!("CARGO_BIN_EXE_quorlock")).args(["completions", "tcsh"]));
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -49,7 +49,7 @@ pub struct Group {
 
 impl Group {
     /// Starts `command` as the leader of a new process group, with its watchdog.
-    pub fn spawn(command: &[String]) -> std::io::Result<Group> {
+    pub fn spawn(command: &[String], env: &[(&str, String)]) -> std::io::Result<Group> {
         let (program, args) = command
             .split_first()
             .ok_or_else(|| std::io::Error::other("no command"))?;
@@ -60,6 +60,7 @@ impl Group {
         let quorlock = unsafe { libc::getpid() };
         let mut cmd = Command::new(program);
         cmd.args(args).process_group(0);
+        cmd.envs(env.iter().map(|(name, value)| (name, value)));
         // SAFETY: the closure runs in the child between fork and exec, and
         // calls only async-signal-safe functions (prctl, getppid, _exit,
         // sigprocmask, tcsetpgrp, getpid), touching no locks or allocations.

@@ -23,6 +23,7 @@
 //! background, such as the cleanup of an acquire round cut short by a signal.
 
 mod group;
+mod json;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -79,6 +80,12 @@ enum Commands {
     /// Show, for each node, whether it holds RESOURCE (token prefix and TTL),
     /// and whether a quorum does.
     Status(StatusArgs),
+    /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell) to standard
+    /// output. Bash: `quorlock completions bash > ~/.local/share/bash-completion/completions/quorlock`.
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -132,6 +139,11 @@ struct RunArgs {
     /// Time between SIGTERM and SIGKILL to CMD's group when the lock cannot be kept (capped at ttl/2).
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     grace: Duration,
+    /// Turn fencing tokens on: CMD gets the lock's token in $QUORLOCK_FENCING_TOKEN, to pass
+    /// with each write to a resource that refuses stale tokens. Not with --read: readers have
+    /// no token.
+    #[arg(long, conflicts_with = "read")]
+    fencing: bool,
     /// The longest CMD may hold the lock (extension stops then).
     #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = parse_duration)]
     max_hold: Duration,
@@ -150,30 +162,25 @@ struct StatusArgs {
     /// Inspect the read-write lock on RESOURCE (its writer, a waiting writer, its readers).
     #[arg(long)]
     rw: bool,
+    /// Print the status as one JSON object (see the README for its fields); the exit code
+    /// is the same.
+    #[arg(long)]
+    json: bool,
 }
 
-/// Parses `500ms`, `10s`, `1.5s`, `2m`, `1h`; a bare number is seconds.
+/// Parses a duration with `humantime` (`500ms`, `10s`, `1.5s`, `2m`,
+/// `1h 30m`, `1d`); a bare number is seconds.
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (examples: 500ms, 10s, 2m, 1h)"))?;
-    let seconds = match unit.trim() {
-        "ms" => value / 1000.0,
-        "" | "s" => value,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?} (use ms, s, m or h)"
-            ));
-        }
+    let bare_number = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    let with_unit = if bare_number {
+        format!("{text}s")
+    } else {
+        text.to_owned()
     };
-    Duration::try_from_secs_f64(seconds).map_err(|_| format!("{text:?} is out of range"))
+    humantime::parse_duration(&with_unit).map_err(|err| {
+        format!("{text:?} is not a duration: {err} (examples: 500ms, 10s, 1.5s, 2m, 1h 30m)")
+    })
 }
 
 fn main() -> ExitCode {
@@ -199,6 +206,11 @@ fn main() -> ExitCode {
         match cli.command {
             Commands::Run(args) => run(args).await,
             Commands::Status(args) => status(args).await,
+            Commands::Completions { shell } => {
+                let mut command = <Cli as clap::CommandFactory>::command();
+                clap_complete::generate(shell, &mut command, "quorlock", &mut std::io::stdout());
+                ExitCode::SUCCESS
+            }
         }
     })
 }
@@ -222,10 +234,14 @@ fn client(
 /// `status --rw`: 0 held (by a writer on a quorum, or readers on a quorum of
 /// nodes), 1 free (no writer can be on a quorum, no readers anywhere that
 /// answered), 75 otherwise.
-async fn rw_status(redlock: &Redlock, resource: &str) -> ExitCode {
+async fn rw_status(redlock: &Redlock, resource: &str, json: bool) -> ExitCode {
     match redlock.rw_status(resource).await {
         Ok(status) => {
-            println!("{status}");
+            if json {
+                println!("{}", json::rw_status(resource, &status));
+            } else {
+                println!("{status}");
+            }
             if status.writer.is_held() || status.readers_on_quorum() {
                 ExitCode::SUCCESS
             } else if status.writer.is_free() && status.no_readers() {
@@ -247,11 +263,15 @@ async fn status(args: StatusArgs) -> ExitCode {
         Err(code) => return code,
     };
     if args.rw {
-        return rw_status(&redlock, &args.resource).await;
+        return rw_status(&redlock, &args.resource, args.json).await;
     }
     match redlock.status(&args.resource).await {
         Ok(status) => {
-            println!("{status}");
+            if args.json {
+                println!("{}", json::status(&args.resource, &status));
+            } else {
+                println!("{status}");
+            }
             if status.is_held() {
                 ExitCode::SUCCESS
             } else if status.is_free() {
@@ -312,7 +332,7 @@ async fn run(args: RunArgs) -> ExitCode {
     let wait = args.wait;
     let redlock = match client(&args.nodes, |builder| {
         // quorlock extends the lock itself (see the kill schedule).
-        let builder = builder.auto_extend(false);
+        let builder = builder.auto_extend(false).fencing(args.fencing);
         if wait.is_zero() {
             builder.retry_count(0)
         } else {
@@ -379,7 +399,7 @@ async fn lock_and_run(redlock: &Redlock, args: &RunArgs, signals: &mut Forwarded
     };
 
     group::become_subreaper();
-    let mut group = match Group::spawn(&args.command) {
+    let mut group = match Group::spawn(&args.command, &command_env(&guard, args)) {
         Ok(group) => group,
         Err(err) => {
             eprintln!("quorlock: cannot run {:?}: {err}", args.command[0]);
@@ -417,6 +437,24 @@ async fn lock_and_run(redlock: &Redlock, args: &RunArgs, signals: &mut Forwarded
         eprintln!("quorlock: {err}");
     }
     code
+}
+
+/// What CMD learns of its lock, in its environment: `QUORLOCK_RESOURCE`
+/// (the `--resource` names, joined by commas), `QUORLOCK_KEY` (the Redis
+/// key; of several resources, the first in byte order) and, with
+/// `--fencing`, `QUORLOCK_FENCING_TOKEN`.
+fn command_env(guard: &LockGuard, args: &RunArgs) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("QUORLOCK_RESOURCE", args.resource.join(",")),
+        (
+            "QUORLOCK_KEY",
+            String::from_utf8_lossy(guard.key()).into_owned(),
+        ),
+    ];
+    if let Some(token) = guard.fencing_token() {
+        env.push(("QUORLOCK_FENCING_TOKEN", token.to_string()));
+    }
+    env
 }
 
 /// How a supervised CMD ended.
@@ -549,6 +587,10 @@ mod tests {
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
         assert_eq!(parse_duration(" 0s "), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("2min"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_duration("0.25"), Ok(Duration::from_millis(250)));
     }
 
     #[test]
@@ -561,7 +603,8 @@ mod tests {
             "1e999s",
             "NaNs",
             "1..2s",
-            "10d",
+            "10 fortnights",
+            ".",
         ] {
             assert!(parse_duration(text).is_err(), "{text:?} was accepted");
         }
