@@ -96,6 +96,7 @@ use crate::answer::Answer;
 use crate::engine::{Engine, To};
 use crate::error::{Error, Result, show_resource, show_resources};
 use crate::guard::LockGuard;
+use crate::meter::{self, Meter};
 use crate::notify::{Gates, Listening};
 use crate::queue::{self, Place};
 use crate::quorum::{self, Ttl, Votes};
@@ -198,6 +199,39 @@ async fn start(
     waits: bool,
 ) -> Result<LockGuard> {
     let called = Instant::now();
+    let resource_label = engine.config.metrics_resource_label;
+    let meter = Meter::new(
+        kind(&shape),
+        resource_label.then(|| show_resources(resources).into()),
+    );
+    let taken = take(engine, resources, (key, shape), ttl, waits, meter.clone()).await;
+    match &taken {
+        Ok(_) => meter.acquired(called.elapsed()),
+        Err(err) => meter.failed(err),
+    }
+    taken
+}
+
+/// The `kind` label of a lock's metrics.
+fn kind(shape: &Shape) -> &'static str {
+    match shape {
+        Shape::One => "lock",
+        Shape::All(_) => "lock_all",
+        Shape::Read(_) => "read",
+        Shape::Write { .. } => "write",
+    }
+}
+
+/// [`start`] without the metrics.
+async fn take(
+    engine: &Arc<Engine>,
+    resources: &[&[u8]],
+    (key, shape): (Arc<[u8]>, Shape),
+    ttl: Duration,
+    waits: bool,
+    meter: Meter,
+) -> Result<LockGuard> {
+    let called = Instant::now();
     let config = &engine.config;
     let deadline = if waits {
         Some(called + config.patience())
@@ -236,6 +270,7 @@ async fn start(
         deadline,
         attempt: 0,
         claiming: false,
+        meter,
     };
     acquisition.run().instrument(span).await
 }
@@ -290,6 +325,8 @@ struct Acquisition<'a> {
     /// Set when a handoff notification ended the wait: the next round is a
     /// claim, sent to each node once it notified.
     claiming: bool,
+    /// The lock's metrics, for its guard.
+    meter: Meter,
 }
 
 impl Acquisition<'_> {
@@ -370,6 +407,7 @@ impl Acquisition<'_> {
             gates.close();
         }
         in_flight.decided_after = start.elapsed();
+        meter::round("acquire", in_flight.decided_after);
         let (elapsed, votes) = (in_flight.decided_after, in_flight.round.votes);
         if let Some(intent) = &mut self.intent {
             // A refusal may have left the intent; the call's end removes it.
@@ -467,6 +505,7 @@ impl Acquisition<'_> {
             self.ttl,
             in_flight.start,
             fencing_token,
+            self.meter.clone(),
         )
     }
 

@@ -36,6 +36,8 @@ pub(crate) struct Config {
     pub(crate) restart_grace: Duration,
     pub(crate) trust_durable_nodes: bool,
     pub(crate) strict_restarts: bool,
+    /// Whether metrics carry a `resource` label.
+    pub(crate) metrics_resource_label: bool,
 }
 
 impl Config {
@@ -97,6 +99,7 @@ impl Default for Config {
             auto_extend: true,
             max_hold: RedlockBuilder::DEFAULT_MAX_HOLD,
             max_extensions: None,
+            metrics_resource_label: false,
             fencing: false,
             fencing_counter_key: RedlockBuilder::DEFAULT_FENCING_COUNTER_KEY
                 .as_bytes()
@@ -304,6 +307,17 @@ impl RedlockBuilder {
     /// other than [`max_hold`](Self::max_hold).
     pub fn max_extensions(mut self, extensions: u32) -> Self {
         self.config.max_extensions = Some(extensions);
+        self
+    }
+
+    /// Whether the metrics of the `metrics` feature carry a `resource` label
+    /// with the resource name (of a lock on several resources, the names
+    /// joined by commas). Default: off, since every name becomes a series
+    /// of its own in the metrics backend, without bound; turn it on only
+    /// for a small, fixed set of names. Without the `metrics` feature it
+    /// does nothing.
+    pub fn metrics_resource_label(mut self, on: bool) -> Self {
+        self.config.metrics_resource_label = on;
         self
     }
 

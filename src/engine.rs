@@ -14,6 +14,7 @@ use redis::Client;
 use crate::answer::Answer;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::meter;
 use crate::node::Node;
 use crate::notify::{Gates, Notifications};
 use crate::queue::{self, Place};
@@ -220,8 +221,10 @@ impl Engine {
             lock: lock.clone(),
             ttl_ms: ttl.millis,
         };
+        let started = std::time::Instant::now();
         let mut round = self.ask(&request, To::All);
         round.collect(Until::Decided).await;
+        meter::round("extend", started.elapsed());
         round
     }
 
@@ -241,8 +244,10 @@ impl Engine {
             lock: lock.clone(),
             place,
         };
+        let started = std::time::Instant::now();
         let mut round = self.ask(&request, to);
         round.collect(until).await;
+        meter::round("release", started.elapsed());
         round
     }
 

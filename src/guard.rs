@@ -16,6 +16,7 @@ use crate::answer::NodeError;
 use crate::engine::{Engine, To};
 use crate::error::{Error, LostReason, Result, show_resources};
 use crate::lease::{self, Ending, Lease};
+use crate::meter::Meter;
 use crate::queue::Place;
 use crate::quorum::{Ttl, Unlocked};
 use crate::request::LockId;
@@ -70,12 +71,13 @@ impl LockGuard {
         ttl: Ttl,
         start: Instant,
         fencing_token: Option<u64>,
+        meter: Meter,
     ) -> Self {
         LockGuard {
             engine,
             lock,
             resource_len,
-            lease: Arc::new(Lease::new(ttl, start)),
+            lease: Arc::new(Lease::new(ttl, start, meter)),
             armed: true,
             fencing_token,
         }
@@ -224,10 +226,12 @@ impl LockGuard {
         match votes.release_outcome() {
             Some(Unlocked::Released) => Ok(Unlocked::Released),
             Some(Unlocked::Expired) => {
+                self.lease.note_loss(&LostReason::Expired);
                 tracing::warn!(resource = %self.shown_resource(), "lock had expired before its release");
                 Ok(Unlocked::Expired)
             }
             None => {
+                self.lease.meter().release_unconfirmed();
                 tracing::warn!(resource = %self.shown_resource(), %votes, "release unconfirmed");
                 Err(Error::ReleaseUnconfirmed {
                     resource: self.shown_resource(),

@@ -54,6 +54,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -62,6 +63,7 @@ use crate::answer::NodeError;
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::error::LostReason;
+use crate::meter::Meter;
 use crate::quorum::Ttl;
 use crate::request::LockId;
 use crate::round::Round;
@@ -76,6 +78,9 @@ pub(crate) struct Lease {
     /// Held by each extension round from its cap to its outcome.
     extending: tokio::sync::Mutex<()>,
     acquired_at: Instant,
+    meter: Meter,
+    /// Set once the loss was counted in the metrics.
+    loss_noted: AtomicBool,
 }
 
 /// What a lease knows at one moment.
@@ -109,7 +114,7 @@ impl Validity {
 
 impl Lease {
     /// The lease of a lock won by a round that started at `start`.
-    pub(crate) fn new(ttl: Ttl, start: Instant) -> Self {
+    pub(crate) fn new(ttl: Ttl, start: Instant, meter: Meter) -> Self {
         let (validity, _) = watch::channel(Validity {
             ttl,
             valid_until: ttl.valid_until(start),
@@ -122,6 +127,21 @@ impl Lease {
             validity,
             extending: tokio::sync::Mutex::new(()),
             acquired_at: start,
+            meter,
+            loss_noted: AtomicBool::new(false),
+        }
+    }
+
+    /// The lock's metrics.
+    pub(crate) fn meter(&self) -> &Meter {
+        &self.meter
+    }
+
+    /// Counts the loss of the lock for `reason` in the metrics, once
+    /// however many learn of it (a release is not a loss).
+    pub(crate) fn note_loss(&self, reason: &LostReason) {
+        if *reason != LostReason::Released && !self.loss_noted.swap(true, Ordering::Relaxed) {
+            self.meter.lost(reason);
         }
     }
 
@@ -168,13 +188,17 @@ impl Lease {
     }
 
     /// Resolves with why the lease ended, the moment it ends (see the module
-    /// docs). Owned: it holds a receiver, not the lease.
-    pub(crate) fn lost(&self) -> impl Future<Output = Ending> + Send + 'static {
+    /// docs). Owned: it holds a receiver and the lease.
+    pub(crate) fn lost(self: &Arc<Self>) -> impl Future<Output = Ending> + Send + 'static {
         let mut changes = self.validity.subscribe();
+        let lease = self.clone();
         async move {
             loop {
                 let valid_until = match check(&mut changes) {
-                    Ok(ending) => return ending,
+                    Ok(ending) => {
+                        lease.note_loss(&ending.0);
+                        return ending;
+                    }
                     Err(valid_until) => valid_until,
                 };
                 let lease_gone = tokio::select! {
@@ -253,6 +277,7 @@ impl Lease {
                     outcome = Err((LostReason::Expired, last_error));
                 }
             } else if votes.refusals_rule_out_quorum() {
+                self.note_loss(&LostReason::ExtensionRefused { votes });
                 // Another client may hold the lock now: this lease ends.
                 let ending = (LostReason::ExtensionRefused { votes }, last_error);
                 v.valid_until = v.valid_until.min(finished);
@@ -263,6 +288,12 @@ impl Lease {
                 v.on_expiry = Some(failure.clone());
                 outcome = Err(failure);
             }
+        });
+        self.meter.extension(match &outcome {
+            Ok(()) => "extended",
+            Err((LostReason::ExtensionRefused { .. }, _)) => "refused",
+            Err((LostReason::Unreachable { .. }, _)) => "unreachable",
+            Err(_) => "late",
         });
         outcome
     }
@@ -282,7 +313,8 @@ impl Lease {
         loop {
             let (valid_until, renew_at, can_extend) = {
                 let v = changes.borrow_and_update();
-                if v.ending_at(Instant::now()).is_some() {
+                if let Some((reason, _)) = v.ending_at(Instant::now()) {
+                    self.note_loss(&reason);
                     return;
                 }
                 let renew_at = retry_at.unwrap_or_else(|| {

@@ -92,11 +92,14 @@
 //! - `tls`: `rediss://` nodes, with rustls (ring as its crypto provider);
 //!   the system's CA store or `SSL_CERT_FILE` decides trust, or pass your
 //!   own `redis::Client`s to [`Redlock::from_clients`].
+//! - `metrics`: metrics through the `metrics` crate's facade (bring your
+//!   own exporter); the README lists the names and labels, and
+//!   [`RedlockBuilder::metrics_resource_label`] opts in to a resource label.
 //! - `cli`: the `quorlock` command-line tool, a distributed `flock`
 //!   (`cargo install quorlock --features cli`). The library's API is the
 //!   same with or without it.
 //!
-//! No feature is on by default. Both are documented here and built on
+//! No feature is on by default. All are documented here and built on
 //! docs.rs.
 //!
 //! ## The algorithm
@@ -270,6 +273,7 @@
 #![warn(missing_docs)]
 
 mod answer;
+mod meter;
 mod quorum;
 mod tasks;
 

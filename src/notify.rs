@@ -28,6 +28,7 @@ use futures::StreamExt;
 use redis::Client;
 use tokio::sync::{mpsc, watch};
 
+use crate::meter;
 use crate::tasks;
 
 /// The pause before reopening a pub/sub connection that failed.
@@ -222,6 +223,7 @@ async fn listen_to_node(
                 if let Ok(waiter) = message.get_payload::<String>()
                     && let Some(reserved) = lock(&wanted).get(waiter.as_str())
                 {
+                    meter::notification_received();
                     reserved.send_modify(|nodes| *nodes |= bit);
                 }
             }

@@ -13,6 +13,7 @@ use std::task::{Context, Poll};
 use futures::future::BoxFuture;
 
 use crate::answer::{Answer, NodeError};
+use crate::meter;
 use crate::quorum::Votes;
 use crate::standing::Standings;
 use crate::tasks::Background;
@@ -232,11 +233,17 @@ impl Round {
         };
         match (counted, &answer) {
             (Some(Err(not_counted)), _) => {
+                if let Some(reason) = not_counted.not_counted() {
+                    meter::not_counted(reason);
+                }
                 self.votes.record(&Answer::Failed(not_counted.clone()));
                 self.last_error = Some(not_counted.clone());
                 self.not_counted.push((index, not_counted));
             }
             (_, Answer::Failed(err)) => {
+                if let Some(reason) = err.not_counted() {
+                    meter::not_counted(reason);
+                }
                 tracing::trace!(error = %err, "node failed");
                 self.votes.record(&answer);
                 self.last_error = Some(err.clone());

@@ -1,0 +1,152 @@
+//! Metrics, with the `metrics` feature, through the [`metrics`] crate's
+//! facade: the application installs the recorder (a Prometheus or
+//! OpenTelemetry exporter) and quorlock only reports. Without the feature
+//! every function here is empty and compiles away.
+//!
+//! | name | type | labels | what |
+//! |---|---|---|---|
+//! | `quorlock_acquisitions_total` | counter | `kind` | locks taken |
+//! | `quorlock_acquire_failures_total` | counter | `kind`, `reason` | calls that took no lock: `contended`, `unavailable`, `no_validity`, `misconfigured`, `invalid_input`, `no_runtime` |
+//! | `quorlock_acquire_wait_seconds` | histogram | `kind` | from the call to the lock, of calls that took it |
+//! | `quorlock_round_seconds` | histogram | `round` | one round to its decision: `acquire`, `extend`, `release` |
+//! | `quorlock_extensions_total` | counter | `kind`, `outcome` | `extended`, `refused` (a quorum no longer holds the lock), `unreachable` (too few answers), `late` (a quorum, after the validity) |
+//! | `quorlock_locks_lost_total` | counter | `kind`, `reason` | held locks lost, once each, when quorlock learns of it: `extension_refused`, `expired`, `unreachable`, `limit_reached` |
+//! | `quorlock_releases_unconfirmed_total` | counter | `kind` | `unlock` calls that returned `ReleaseUnconfirmed` |
+//! | `quorlock_nodes_not_counted_total` | counter | `reason` | node answers in rounds that did not count: `unchecked`, `unresponsive` (skipped, not asked), `recovering` (after a restart) |
+//! | `quorlock_notifications_received_total` | counter | | handoff notifications that reached a waiter |
+//!
+//! `kind` is `lock` (`lock`, `try_lock`, `with_lock`), `lock_all`, `read`
+//! or `write`. Resource names are not labels unless
+//! [`RedlockBuilder::metrics_resource_label`](crate::RedlockBuilder::metrics_resource_label)
+//! is on: each name would be a series of its own, without bound.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, LostReason};
+
+/// What a lock is, for the `kind` label, and its resource, when resource
+/// labels are on.
+#[derive(Debug, Clone, Default)]
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) struct Meter {
+    kind: &'static str,
+    resource: Option<Arc<str>>,
+}
+
+impl Meter {
+    /// A lock of `kind`; with `resource` named only when labels are on.
+    pub(crate) fn new(kind: &'static str, resource: Option<Arc<str>>) -> Self {
+        Meter { kind, resource }
+    }
+
+    /// The labels of this lock's metrics, and `extra`.
+    #[cfg(feature = "metrics")]
+    fn labels(&self, extra: &[(&'static str, &'static str)]) -> Vec<metrics::Label> {
+        let mut labels = vec![metrics::Label::from_static_parts("kind", self.kind)];
+        if let Some(resource) = &self.resource {
+            labels.push(metrics::Label::new("resource", resource.to_string()));
+        }
+        labels.extend(
+            (extra.iter()).map(|(name, value)| metrics::Label::from_static_parts(name, value)),
+        );
+        labels
+    }
+
+    /// A lock taken after `waited`.
+    pub(crate) fn acquired(&self, waited: Duration) {
+        #[cfg(feature = "metrics")]
+        {
+            metrics::counter!("quorlock_acquisitions_total", self.labels(&[])).increment(1);
+            metrics::histogram!("quorlock_acquire_wait_seconds", self.labels(&[]))
+                .record(waited.as_secs_f64());
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = waited;
+    }
+
+    /// A call that took no lock, for `err`.
+    pub(crate) fn failed(&self, err: &Error) {
+        #[cfg(feature = "metrics")]
+        {
+            let reason = match err {
+                Error::Contended { .. } => "contended",
+                Error::Unavailable { .. } => "unavailable",
+                Error::NoValidity { .. } => "no_validity",
+                Error::Misconfigured { .. } => "misconfigured",
+                Error::NoRuntime => "no_runtime",
+                _ if err.is_invalid_input() => "invalid_input",
+                _ => "other",
+            };
+            let labels = self.labels(&[("reason", reason)]);
+            metrics::counter!("quorlock_acquire_failures_total", labels).increment(1);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = err;
+    }
+
+    /// An extension round's outcome.
+    pub(crate) fn extension(&self, outcome: &'static str) {
+        #[cfg(feature = "metrics")]
+        {
+            let labels = self.labels(&[("outcome", outcome)]);
+            metrics::counter!("quorlock_extensions_total", labels).increment(1);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = outcome;
+    }
+
+    /// A held lock lost, for `reason` (a release is not a loss).
+    pub(crate) fn lost(&self, reason: &LostReason) {
+        #[cfg(feature = "metrics")]
+        {
+            let reason = match reason {
+                LostReason::ExtensionRefused { .. } => "extension_refused",
+                LostReason::Unreachable { .. } => "unreachable",
+                LostReason::LimitReached => "limit_reached",
+                LostReason::Released => return,
+                _ => "expired",
+            };
+            let labels = self.labels(&[("reason", reason)]);
+            metrics::counter!("quorlock_locks_lost_total", labels).increment(1);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = reason;
+    }
+
+    /// An `unlock` that returned `ReleaseUnconfirmed`.
+    pub(crate) fn release_unconfirmed(&self) {
+        #[cfg(feature = "metrics")]
+        metrics::counter!("quorlock_releases_unconfirmed_total", self.labels(&[])).increment(1);
+    }
+}
+
+/// One round of `round` (`acquire`, `extend`, `release`), decided after `took`.
+pub(crate) fn round(round: &'static str, took: Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("quorlock_round_seconds", "round" => round).record(took.as_secs_f64());
+    #[cfg(not(feature = "metrics"))]
+    let _ = (round, took);
+}
+
+/// A node's answer in a round that did not count, for `reason`.
+pub(crate) fn not_counted(reason: &crate::answer::NotCounted) {
+    #[cfg(feature = "metrics")]
+    {
+        use crate::answer::NotCounted;
+        let reason = match reason {
+            NotCounted::Unchecked { .. } => "unchecked",
+            NotCounted::Unresponsive { .. } => "unresponsive",
+            NotCounted::Recovering { .. } => "recovering",
+        };
+        metrics::counter!("quorlock_nodes_not_counted_total", "reason" => reason).increment(1);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = reason;
+}
+
+/// A handoff notification that reached a waiter.
+pub(crate) fn notification_received() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("quorlock_notifications_received_total").increment(1);
+}
