@@ -8,8 +8,11 @@
 //! the checker.
 //!
 //! ```text
-//! cargo run --release --example contention [--runs R] [PROCESSES] [TASKS] [SECONDS] [CLIENT]
+//! cargo run --release --example contention [--data PATH] [--runs R] [PROCESSES] [TASKS] [SECONDS] [CLIENT]
 //! ```
+//!
+//! `--data PATH` appends each run's raw figures (each client's
+//! acquisitions, each acquisition's wait) to PATH, for `examples/plots.rs`.
 //!
 //! Defaults: 4 4 5 quorlock. `TASKS` may be a `+`-separated list (`2+1`):
 //! that many clients in each process, each with its own connections, as
@@ -247,6 +250,8 @@ struct Setup<'a> {
     clients_per_process: usize,
     seconds: u64,
     kind: &'a str,
+    /// `--data PATH`: where each run's raw figures are appended.
+    data: Option<&'a std::path::Path>,
 }
 
 /// One run on fresh servers: prints each client's counts and the run's
@@ -277,6 +282,7 @@ fn run_once(setup: &Setup<'_>) -> Result<Summary, String> {
     println!("process  client  acquisitions  failed calls");
     let (mut total, mut failed, mut overlaps, mut waits) = (0, 0, 0, Vec::new());
     let (mut share_min, mut share_max) = (u64::MAX, 0);
+    let mut shares = Vec::new();
     for (index, child) in children.into_iter().enumerate() {
         let output = match child.and_then(|child| child.wait_with_output()) {
             Ok(output) if output.status.success() => output,
@@ -308,6 +314,7 @@ fn run_once(setup: &Setup<'_>) -> Result<Summary, String> {
             overlaps += overlapped;
             share_min = share_min.min(acquired);
             share_max = share_max.max(acquired);
+            shares.push(acquired);
         }
     }
     let mut requests = requests(&servers[1..], setup.kind);
@@ -341,7 +348,43 @@ fn run_once(setup: &Setup<'_>) -> Result<Summary, String> {
     if overlaps > 0 {
         return Err("FAILED: two holders at once".into());
     }
+    if let Some(path) = setup.data {
+        write_data(path, setup, (&shares, failed), &waits)
+            .map_err(|err| format!("cannot write {}: {err}", path.display()))?;
+    }
     Ok(summary)
+}
+
+/// Appends one run's raw figures to `path`, for `examples/plots.rs`:
+/// `run KIND PROCESSES TASKS SECONDS`, `shares` (each client's
+/// acquisitions), `failed` (the `lock` calls that gave up), `waits` (each
+/// acquisition's wait, µs).
+fn write_data(
+    path: &std::path::Path,
+    setup: &Setup<'_>,
+    (shares, failed): (&[u64], u64),
+    waits: &[u64],
+) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    let line = |values: &[u64]| -> String {
+        values
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    writeln!(
+        file,
+        "run {} {} {} {}",
+        setup.kind, setup.processes, setup.tasks, setup.seconds
+    )?;
+    writeln!(file, "shares {}", line(shares))?;
+    writeln!(file, "failed {failed}")?;
+    writeln!(file, "waits {}", line(waits))
 }
 
 /// The median of `values` and the spread (max − min) over it.
@@ -380,6 +423,11 @@ fn main() -> ExitCode {
         };
     }
     let mut runs = Some(1);
+    let mut data: Option<std::path::PathBuf> = None;
+    if args.first().map(String::as_str) == Some("--data") {
+        data = args.get(1).map(std::path::PathBuf::from);
+        args.drain(..2.min(args.len()));
+    }
     if args.first().map(String::as_str) == Some("--runs") {
         runs = args.get(1).and_then(|text| text.parse::<usize>().ok());
         args.drain(..2.min(args.len()));
@@ -399,7 +447,7 @@ fn main() -> ExitCode {
     ) = (runs, processes, parse_tasks(tasks), seconds, kind)
     else {
         eprintln!(
-            "usage: contention [--runs R] [PROCESSES] [TASKS|T1+T2..] [SECONDS] [quorlock|rslock]"
+            "usage: contention [--data PATH] [--runs R] [PROCESSES] [TASKS|T1+T2..] [SECONDS] [quorlock|rslock]"
         );
         return ExitCode::from(2);
     };
@@ -409,6 +457,7 @@ fn main() -> ExitCode {
         clients_per_process: task_list.len(),
         seconds,
         kind,
+        data: data.as_deref(),
     };
     let mut summaries = Vec::new();
     for run in 1..=runs {

@@ -12,7 +12,10 @@
 # (about 4 more minutes).
 # --quick: one short run per layout and one 2 s contention run of 4 x 4 each;
 # --runs N: N runs per layout; --no-contention skips the contention part.
-# Usage: scripts/bench.sh [--quick] [--runs N] [--no-contention] [--json PATH]
+# Then examples/plots.rs draws the figures (SVG) into --figures DIR: by
+# default docs/figures (the README's) after a full run, a scratch directory
+# after --quick.
+# Usage: scripts/bench.sh [--quick] [--runs N] [--no-contention] [--json PATH] [--figures DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/redis.sh
@@ -31,13 +34,15 @@ trap stop_everything EXIT
 echo "== building the benchmark (release)"
 bench=$(example_binary bench)
 contention=$(example_binary contention)
-quick=false contended=true args=() runs=3 json=bench.jsonl
+plots=$(example_binary plots)
+quick=false contended=true args=() runs=3 json=bench.jsonl figures=
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) quick=true runs=1 args+=("$1") ;;
         --no-contention) contended=false ;;
         --runs) runs=$2; shift ;;
         --json) json=$2; shift ;;
+        --figures) figures=$2; shift ;;
         *) args+=("$1") ;;
     esac
     shift
@@ -73,16 +78,28 @@ for layout in "${layouts[@]}"; do
 done
 "$bench" --summarize --json "$json" "$results"/*.jsonl
 echo "(medians as JSON lines in $json)"
+# The figures: the README's (docs/figures) from a full run, a scratch
+# directory's from a quick one (so that the drawing cannot rot).
+if [ -z "$figures" ]; then
+    if $quick; then figures="$results/figures"; else figures=docs/figures; fi
+fi
+machine="$(nproc) CPUs, $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+"$plots" "$figures" --bench "$json" --title "$machine"
 
 $contended || exit 0
 echo "== contention across processes"
 if $quick; then
-    for kind in quorlock rslock; do "$contention" 4 4 2 "$kind" | tail -1; done
+    for kind in quorlock rslock; do
+        "$contention" --data "$results/contention-$kind.dat" 4 4 2 "$kind" | tail -1
+    done
 else
     for setup in "4 4" "4 1" "8 8" "1 2+1"; do
         for kind in quorlock rslock; do
+            data=()
+            [ "$setup" = "4 4" ] && data=(--data "$results/contention-$kind.dat")
             # shellcheck disable=SC2086 # $setup is two arguments
-            "$contention" --runs 3 $setup 5 "$kind" | tail -1
+            "$contention" "${data[@]}" --runs 3 $setup 5 "$kind" | tail -1
         done
     done
 fi
+"$plots" "$figures" --contention "$results/contention-quorlock.dat" "$results/contention-rslock.dat" --title "$machine"
