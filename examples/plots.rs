@@ -278,7 +278,7 @@ fn draw_ratios(
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(50)
-        .build_cartesian_2d(0.0..groups.len() as f64, 0.0..top * 1.1)?;
+        .build_cartesian_2d(0.0..groups.len() as f64, 0.0..top * 1.35)?;
     let names: Vec<String> = groups
         .iter()
         .map(|((layout, nodes), _)| format!("{layout}, N = {nodes}"))

@@ -166,6 +166,10 @@ impl LockGuard {
     /// most `round start + ttl - drift` (it never grows on failure), and only
     /// a successful round raises it. Nothing is ever deleted by an extension.
     ///
+    /// One extension round runs at a time: beside a keeper
+    /// ([`keep_alive`](Self::keep_alive)), this call waits for the keeper's
+    /// round under way, and its TTL becomes the one the keeper extends to.
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidTtl`]; [`Error::LockLost`] with
