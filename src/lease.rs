@@ -288,12 +288,13 @@ impl Lease {
                 v.on_expiry = Some(failure.clone());
                 outcome = Err(failure);
             }
-        });
-        self.meter.extension(match &outcome {
-            Ok(()) => "extended",
-            Err((LostReason::ExtensionRefused { .. }, _)) => "refused",
-            Err((LostReason::Unreachable { .. }, _)) => "unreachable",
-            Err(_) => "late",
+            // Counted before the change wakes anyone who watches the lease.
+            self.meter.extension(match &outcome {
+                Ok(()) => "extended",
+                Err((LostReason::ExtensionRefused { .. }, _)) => "refused",
+                Err((LostReason::Unreachable { .. }, _)) => "unreachable",
+                Err(_) => "late",
+            });
         });
         outcome
     }
