@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 type AnyError = Box<dyn std::error::Error>;
@@ -204,12 +205,28 @@ fn draw_shares(
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
     }
     let fair = 100.0 / clients as f64;
+    let label = format!("an equal share ({fair:.1} %)");
+    level_and_legend(&mut chart, clients as f64, fair, label)?;
+    root.present()?;
+    Ok(())
+}
+
+/// The bar charts' chart.
+type Bars<'a> = ChartContext<'a, SVGBackend<'a>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A level line at `y` across `0..x_end`, labelled, and the legend.
+fn level_and_legend(
+    chart: &mut Bars<'_>,
+    x_end: f64,
+    y: f64,
+    label: String,
+) -> Result<(), AnyError> {
     chart
         .draw_series(LineSeries::new(
-            [(0.0, fair), (clients as f64, fair)],
+            [(0.0, y), (x_end, y)],
             BLACK.stroke_width(1),
         ))?
-        .label(format!("an equal share ({fair:.1} %)"))
+        .label(label)
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
     chart
         .configure_series_labels()
@@ -217,7 +234,6 @@ fn draw_shares(
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK)
         .draw()?;
-    root.present()?;
     Ok(())
 }
 
@@ -319,19 +335,7 @@ fn draw_ratios(
             .label(name)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
     }
-    chart
-        .draw_series(LineSeries::new(
-            [(0.0, 1.0), (groups.len() as f64, 1.0)],
-            BLACK.stroke_width(1),
-        ))?
-        .label("1.0")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()?;
+    level_and_legend(&mut chart, groups.len() as f64, 1.0, "1.0".into())?;
     root.present()?;
     Ok(())
 }
