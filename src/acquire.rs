@@ -204,7 +204,15 @@ async fn start(
         kind(&shape),
         resource_label.then(|| show_resources(resources).into()),
     );
-    let taken = take(engine, resources, (key, shape), ttl, waits, meter.clone()).await;
+    let taken = take(
+        engine,
+        resources,
+        (key, shape),
+        ttl,
+        waits,
+        (called, meter.clone()),
+    )
+    .await;
     match &taken {
         Ok(_) => meter.acquired(called.elapsed()),
         Err(err) => meter.failed(err),
@@ -222,16 +230,15 @@ fn kind(shape: &Shape) -> &'static str {
     }
 }
 
-/// [`start`] without the metrics.
+/// [`start`] without the metrics, for a call made at `called`.
 async fn take(
     engine: &Arc<Engine>,
     resources: &[&[u8]],
     (key, shape): (Arc<[u8]>, Shape),
     ttl: Duration,
     waits: bool,
-    meter: Meter,
+    (called, meter): (Instant, Meter),
 ) -> Result<LockGuard> {
-    let called = Instant::now();
     let config = &engine.config;
     let deadline = if waits {
         Some(called + config.patience())
