@@ -207,7 +207,8 @@ impl Lease {
                     _ = tokio::time::sleep_until(valid_until.into()) => false,
                 };
                 if lease_gone {
-                    // Its guard is gone with it.
+                    // Not while this future holds the lease; said as a
+                    // release if the sender ever went first.
                     return (LostReason::Released, None);
                 }
             }
