@@ -5,25 +5,15 @@
 //! cargo run --example basic -- redis://127.0.0.1:7001 redis://127.0.0.1:7002 redis://127.0.0.1:7003
 //! ```
 
+mod common;
+
 use std::time::Duration;
 
 use quorlock::{Redlock, Unlocked};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut urls: Vec<String> = std::env::args().skip(1).collect();
-    if urls.is_empty() {
-        urls = std::env::var("QUORLOCK_NODES")
-            .unwrap_or_default()
-            .split(',')
-            .filter(|url| !url.is_empty())
-            .map(str::to_owned)
-            .collect();
-    }
-    if urls.is_empty() {
-        eprintln!("usage: basic REDIS_URL [REDIS_URL...]   (or set QUORLOCK_NODES)");
-        std::process::exit(2);
-    }
+    let urls = common::node_urls("basic");
 
     let redlock = Redlock::builder(&urls)
         .acquire_timeout(Duration::from_secs(5))

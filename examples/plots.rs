@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use plotters::coord::Shift;
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
@@ -79,8 +80,7 @@ fn draw_waits(
     runs: &[(&str, RGBColor, &Contention)],
     title: &str,
 ) -> Result<(), AnyError> {
-    let root = SVGBackend::new(out, (720, 420)).into_drawing_area();
-    root.fill(&WHITE)?;
+    let root = canvas(out)?;
     let highest = (runs.iter())
         .filter_map(|(_, _, data)| data.waits_ms.last().copied())
         .fold(1.0_f64, f64::max);
@@ -88,14 +88,7 @@ fn draw_waits(
         .filter_map(|(_, _, data)| data.waits_ms.first().copied())
         .fold(highest, f64::min)
         .max(0.01);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("Wait for the lock across processes {title}"),
-            ("sans-serif", 18),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(50)
+    let mut chart = titled(&root, format!("Wait for the lock across processes {title}"))
         .build_cartesian_2d((lowest..highest * 1.2).log_scale(), 0.0..1.0)?;
     chart
         .configure_mesh()
@@ -157,8 +150,7 @@ fn draw_shares(
     runs: &[(&str, RGBColor, &Contention)],
     title: &str,
 ) -> Result<(), AnyError> {
-    let root = SVGBackend::new(out, (720, 420)).into_drawing_area();
-    root.fill(&WHITE)?;
+    let root = canvas(out)?;
     let all: Vec<(&str, RGBColor, Vec<f64>)> = runs
         .iter()
         .map(|(name, color, data)| (*name, *color, shares(data)))
@@ -168,15 +160,11 @@ fn draw_shares(
         .iter()
         .flat_map(|(_, _, s)| s.iter().copied())
         .fold(1.0, f64::max);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("Each client's share of the acquisitions {title}"),
-            ("sans-serif", 18),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(50)
-        .build_cartesian_2d(0.0..clients as f64, 0.0..top * 1.4)?;
+    let mut chart = titled(
+        &root,
+        format!("Each client's share of the acquisitions {title}"),
+    )
+    .build_cartesian_2d(0.0..clients as f64, 0.0..top * 1.4)?;
     chart
         .configure_mesh()
         .x_labels(clients * 2 + 1)
@@ -209,6 +197,27 @@ fn draw_shares(
     level_and_legend(&mut chart, clients as f64, fair, label)?;
     root.present()?;
     Ok(())
+}
+
+/// A white 720 × 420 SVG canvas at `out`.
+fn canvas(out: &Path) -> Result<DrawingArea<SVGBackend<'_>, Shift>, AnyError> {
+    let root = SVGBackend::new(out, (720, 420)).into_drawing_area();
+    root.fill(&WHITE)?;
+    Ok(root)
+}
+
+/// A chart on `root` with `caption` and the figures' margins.
+fn titled<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    caption: String,
+) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
+    let mut builder = ChartBuilder::on(root);
+    builder
+        .caption(caption, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50);
+    builder
 }
 
 /// The bar charts' chart.
@@ -282,18 +291,13 @@ fn draw_ratios(
     ratios: &BTreeMap<(String, u64), [f64; 3]>,
     title: &str,
 ) -> Result<(), AnyError> {
-    let root = SVGBackend::new(out, (720, 420)).into_drawing_area();
-    root.fill(&WHITE)?;
+    let root = canvas(out)?;
     let groups: Vec<(&(String, u64), &[f64; 3])> = ratios.iter().collect();
     let top = (groups.iter())
         .flat_map(|(_, values)| values.iter().copied())
         .filter(|value| value.is_finite())
         .fold(1.2, f64::max);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(format!("Throughput ratios {title}"), ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(50)
+    let mut chart = titled(&root, format!("Throughput ratios {title}"))
         .build_cartesian_2d(0.0..groups.len() as f64, 0.0..top * 1.35)?;
     let names: Vec<String> = groups
         .iter()

@@ -10,6 +10,8 @@
 //! cargo run --example price_list -- redis://127.0.0.1:7001 redis://127.0.0.1:7002 redis://127.0.0.1:7003
 //! ```
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -23,23 +25,12 @@ const TTL: Duration = Duration::from_secs(5);
 
 #[tokio::main]
 async fn main() -> Result<(), AnyError> {
-    let mut urls: Vec<String> = std::env::args().skip(1).collect();
-    if urls.is_empty() {
-        urls = std::env::var("QUORLOCK_NODES")
-            .unwrap_or_default()
-            .split(',')
-            .filter(|url| !url.is_empty())
-            .map(str::to_owned)
-            .collect();
-    }
-    let Some(first) = urls.first() else {
-        eprintln!("usage: price_list REDIS_URL [REDIS_URL...]   (or set QUORLOCK_NODES)");
-        std::process::exit(2);
-    };
+    let urls = common::node_urls("price_list");
+    let first = urls.first().map_or("", String::as_str); // never empty
     let redlock = Redlock::builder(&urls)
         .acquire_timeout(Duration::from_secs(10))
         .build()?;
-    let mut store = redis::Client::open(first.as_str())?
+    let mut store = redis::Client::open(first)?
         .get_multiplexed_async_connection()
         .await?;
     let () = store.set("prices:first-half", 0).await?;

@@ -9,6 +9,8 @@
 //! cargo run --example transfers -- redis://127.0.0.1:7001 redis://127.0.0.1:7002 redis://127.0.0.1:7003
 //! ```
 
+mod common;
+
 use std::time::Duration;
 
 use quorlock::Redlock;
@@ -20,23 +22,12 @@ const START: i64 = 1_000;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let mut urls: Vec<String> = std::env::args().skip(1).collect();
-    if urls.is_empty() {
-        urls = std::env::var("QUORLOCK_NODES")
-            .unwrap_or_default()
-            .split(',')
-            .filter(|url| !url.is_empty())
-            .map(str::to_owned)
-            .collect();
-    }
-    let Some(first) = urls.first() else {
-        eprintln!("usage: transfers REDIS_URL [REDIS_URL...]   (or set QUORLOCK_NODES)");
-        std::process::exit(2);
-    };
+    let urls = common::node_urls("transfers");
+    let first = urls.first().map_or("", String::as_str); // never empty
     let redlock = Redlock::builder(&urls)
         .acquire_timeout(Duration::from_secs(10))
         .build()?;
-    let mut bank = redis::Client::open(first.as_str())?
+    let mut bank = redis::Client::open(first)?
         .get_multiplexed_async_connection()
         .await?;
     for account in ACCOUNTS {

@@ -15,16 +15,9 @@
 //! `"free"` or `"unknown"`.
 
 use quorlock::{LockStatus, NodeState, RwStatus};
-use serde_json::{Value, json};
 
-/// `held`, `free` or `unknown`, as the exit code of `status` tells them.
-fn state(held: bool, free: bool) -> &'static str {
-    match (held, free) {
-        (true, _) => "held",
-        (false, true) => "free",
-        (false, false) => "unknown",
-    }
-}
+use super::Verdict;
+use serde_json::{Value, json};
 
 /// One node's answer.
 fn node(status: &quorlock::NodeStatus) -> Value {
@@ -53,32 +46,31 @@ fn node(status: &quorlock::NodeStatus) -> Value {
     }
 }
 
-/// A lock's status without its resource name.
-fn lock(status: &LockStatus) -> Value {
+/// A lock's status without its resource name; `state` is what `status`
+/// found for it (`held`, `free` or `unknown`).
+fn lock(status: &LockStatus, state: Verdict) -> Value {
     json!({
-        "state": state(status.is_held(), status.is_free()),
+        "state": state.name(),
         "holder": status.holder,
         "quorum": status.quorum,
         "nodes": status.nodes.iter().map(node).collect::<Vec<_>>(),
     })
 }
 
-/// `status --json`.
-pub fn status(resource: &str, status: &LockStatus) -> Value {
-    let mut value = lock(status);
+/// `status --json`, found to be `state`.
+pub fn status(resource: &str, status: &LockStatus, state: Verdict) -> Value {
+    let mut value = lock(status, state);
     value["resource"] = json!(resource);
     value
 }
 
-/// `status --rw --json`.
-pub fn rw_status(resource: &str, status: &RwStatus) -> Value {
-    let held = status.writer.is_held() || status.readers_on_quorum();
-    let free = status.writer.is_free() && status.no_readers();
+/// `status --rw --json`, found to be `state`.
+pub fn rw_status(resource: &str, status: &RwStatus, state: Verdict) -> Value {
     json!({
         "resource": resource,
-        "state": state(held, free),
-        "writer": lock(&status.writer),
-        "intent": lock(&status.intent),
+        "state": state.name(),
+        "writer": lock(&status.writer, Verdict::of_lock(&status.writer)),
+        "intent": lock(&status.intent, Verdict::of_lock(&status.intent)),
         "readers": status.readers.iter()
             .map(|(node, readers)| json!({"node": node, "readers": readers}))
             .collect::<Vec<_>>(),
