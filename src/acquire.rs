@@ -214,7 +214,7 @@ async fn start(
     )
     .await;
     match &taken {
-        Ok(_) => meter.acquired(called.elapsed()),
+        Ok(_) => meter.acquired(called),
         Err(err) => meter.failed(err),
     }
     taken

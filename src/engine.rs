@@ -221,10 +221,10 @@ impl Engine {
             lock: lock.clone(),
             ttl_ms: ttl.millis,
         };
-        let started = std::time::Instant::now();
+        let timer = meter::Timer::start();
         let mut round = self.ask(&request, To::All);
         round.collect(Until::Decided).await;
-        meter::round("extend", started.elapsed());
+        timer.round("extend");
         round
     }
 
@@ -244,10 +244,10 @@ impl Engine {
             lock: lock.clone(),
             place,
         };
-        let started = std::time::Instant::now();
+        let timer = meter::Timer::start();
         let mut round = self.ask(&request, to);
         round.collect(until).await;
-        meter::round("release", started.elapsed());
+        timer.round("release");
         round
     }
 

@@ -21,7 +21,7 @@
 //! is on: each name would be a series of its own, without bound.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, LostReason};
 
@@ -53,16 +53,16 @@ impl Meter {
         labels
     }
 
-    /// A lock taken after `waited`.
-    pub(crate) fn acquired(&self, waited: Duration) {
+    /// A lock taken by a call made at `called`.
+    pub(crate) fn acquired(&self, called: Instant) {
         #[cfg(feature = "metrics")]
         {
             metrics::counter!("quorlock_acquisitions_total", self.labels(&[])).increment(1);
             metrics::histogram!("quorlock_acquire_wait_seconds", self.labels(&[]))
-                .record(waited.as_secs_f64());
+                .record(called.elapsed().as_secs_f64());
         }
         #[cfg(not(feature = "metrics"))]
-        let _ = waited;
+        let _ = called;
     }
 
     /// A call that took no lock, for `err`.
@@ -118,6 +118,31 @@ impl Meter {
     pub(crate) fn release_unconfirmed(&self) {
         #[cfg(feature = "metrics")]
         metrics::counter!("quorlock_releases_unconfirmed_total", self.labels(&[])).increment(1);
+    }
+}
+
+/// Times a round, for [`Timer::round`]; without the `metrics` feature it
+/// holds nothing and reads no clock.
+pub(crate) struct Timer {
+    #[cfg(feature = "metrics")]
+    started: Instant,
+}
+
+impl Timer {
+    /// Starts timing.
+    pub(crate) fn start() -> Self {
+        Timer {
+            #[cfg(feature = "metrics")]
+            started: Instant::now(),
+        }
+    }
+
+    /// The round of `round` (`extend`, `release`) timed, decided now.
+    pub(crate) fn round(self, round: &'static str) {
+        #[cfg(feature = "metrics")]
+        self::round(round, self.started.elapsed());
+        #[cfg(not(feature = "metrics"))]
+        let _ = round;
     }
 }
 
