@@ -232,17 +232,21 @@ async fn a_durable_node_keeps_the_lock_and_counts_at_once_after_a_restart() {
         ("the client that knew it", &a_client),
         ("a fresh client", &fresh),
     ] {
+        // Broken or refused connections (node 0's; node 2's first) fail
+        // until the client connects again, and a new incarnation does not
+        // count while its run_id is being recorded on the other nodes (a
+        // round trip each, bounded by the 1 s connect timeout: a loaded
+        // machine stretched it past three tries). Neither is a grace: the
+        // durable node is never recovering, and is granted within 2 s.
         let mut granted = None;
-        for _ in 0..3 {
+        for _ in 0..14 {
             match redlock.try_lock(RESOURCE, Duration::from_secs(10)).await {
                 Ok(guard) => {
                     granted = Some(guard);
                     break;
                 }
-                // Broken or refused connections (node 0's; node 2's first)
-                // fail until the client connects again.
                 Err(err) => {
-                    assert!(err.not_counted().is_empty(), "{who}: {err}");
+                    assert!(recovering_nodes(&err).is_empty(), "{who}: {err}");
                     tokio::time::sleep(Duration::from_millis(150)).await;
                 }
             }

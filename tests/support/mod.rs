@@ -20,10 +20,11 @@ mod server;
 #[allow(unused_imports)]
 pub use server::{adapted, describe, is_redis_before_7, not_run, server_binary};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -206,7 +207,9 @@ impl RedisServer {
         }
         let mut reply = [0u8; 64];
         // "+PONG" normally; "-NOAUTH" from a server that wants a password is up too.
-        matches!(stream.read(&mut reply), Ok(n) if n > 0)
+        // "-LOADING" is not: a server restarted with its AOF answers that
+        // to every command until it has read the file back.
+        matches!(stream.read(&mut reply), Ok(n) if n > 0 && !reply.starts_with(b"-LOADING"))
     }
 
     /// The port it listens on.
@@ -368,12 +371,24 @@ pub async fn checked_hold(
     inside == 1
 }
 
-/// A free loopback port, as the kernel hands it out.
+/// A free loopback port, as the kernel hands it out, and never one this
+/// process handed out before: tests run side by side, and a client of a test
+/// whose server was killed keeps connecting to its port, so a server of
+/// another test started there would be checked (and written to) by it.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("bind a free loopback port")
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .map(|addr| addr.port())
+            .expect("bind a free loopback port");
+        let mut handed_out = HANDED_OUT
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        if handed_out.insert(port) {
+            return port;
+        }
+    }
 }
 
 /// `n` independent servers.
