@@ -90,7 +90,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::RngExt;
-use tracing::Instrument;
 
 use crate::answer::Answer;
 use crate::engine::{Engine, To};
@@ -103,6 +102,7 @@ use crate::quorum::{self, Ttl, Votes};
 use crate::request::{LockId, OtherKeys, Request, RwKeys, Shape, new_token};
 use crate::round::{NodeSet, Round, Until};
 use crate::standing::NotReady;
+use crate::tasks;
 
 /// Takes the lock on `resource`: one round for `try_lock` (`waits` false),
 /// or, for `lock`, waiting in the queue on the nodes until the call's
@@ -279,7 +279,7 @@ async fn take(
         claiming: false,
         meter,
     };
-    acquisition.run().instrument(span).await
+    tasks::in_span(span, acquisition.run()).await
 }
 
 /// A client's first call waits for its first checks of the nodes; no round

@@ -10,8 +10,6 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tracing::Instrument;
-
 use crate::answer::NodeError;
 use crate::engine::{Engine, To};
 use crate::error::{Error, LostReason, Result, show_resources};
@@ -21,6 +19,7 @@ use crate::queue::Place;
 use crate::quorum::{Ttl, Unlocked};
 use crate::request::LockId;
 use crate::round::Until;
+use crate::tasks;
 
 /// A held lock.
 ///
@@ -188,9 +187,8 @@ impl LockGuard {
         let ttl = self.engine.ttl(ttl)?;
         Error::ensure_runtime()?;
         let span = tracing::debug_span!("quorlock.extend", resource = %self.shown_resource(), ttl_ms = ttl.millis);
-        (self.lease)
-            .extend(&self.engine, &self.lock, Some(ttl))
-            .instrument(span)
+        let extension = (self.lease).extend(&self.engine, &self.lock, Some(ttl));
+        tasks::in_span(span, extension)
             .await
             .map_err(|(reason, source)| self.lost_error(reason, source))
     }
@@ -219,11 +217,8 @@ impl LockGuard {
         // A keeper stops before the release goes out.
         self.lease.end((LostReason::Released, None));
         let span = tracing::debug_span!("quorlock.unlock", resource = %self.shown_resource());
-        let mut round = self
-            .engine
-            .release(&self.lock, Place::None, To::All, Until::QuorumOrAll)
-            .instrument(span.clone())
-            .await;
+        let release = (self.engine).release(&self.lock, Place::None, To::All, Until::QuorumOrAll);
+        let mut round = tasks::in_span(span.clone(), release).await;
         self.armed = false;
         let (votes, last_error) = round.tally();
         span.in_scope(|| round.log("release round"));
@@ -297,7 +292,7 @@ impl LockGuard {
                 self.engine.clone(),
                 self.lock.clone(),
             );
-            crate::tasks::spawn(keeper);
+            tasks::spawn(keeper);
         }
         Ok(())
     }

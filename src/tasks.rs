@@ -34,7 +34,20 @@ where
 
 /// Whether this thread runs within a tokio runtime (so that [`spawn`] works).
 pub(crate) fn has_runtime() -> bool {
-    tokio::runtime::Handle::try_current().is_ok()
+    // A task of a runtime is within it: no handle (an `Arc`) cloned and
+    // dropped on every lock and unlock. The runtime's own `block_on` future
+    // is not a task: asked for the handle.
+    tokio::task::try_id().is_some() || tokio::runtime::Handle::try_current().is_ok()
+}
+
+/// Runs `work` in `span`. A disabled span (no subscriber wants it, the
+/// usual case) is not entered and left at every poll of `work`.
+pub(crate) async fn in_span<F: Future>(span: tracing::Span, work: F) -> F::Output {
+    if span.is_disabled() {
+        work.await
+    } else {
+        tracing::Instrument::instrument(work, span).await
+    }
 }
 
 /// Locks `mutex`, taking it over from a task that panicked while holding it
