@@ -6,7 +6,7 @@
 //! status are requests; nothing else talks to the nodes for a lock.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use redis::Client;
@@ -25,6 +25,10 @@ use crate::round::{NodeSet, Round, Until};
 use crate::standing::{self, NotReady, RestartPolicy, Standings};
 use crate::status::LockStatus;
 use crate::tasks::Background;
+
+/// How long a release's calls that its round stopped waiting for go on in
+/// the background (the round waits up to the per-node timeout).
+pub(crate) const RELEASE_LINGER: Duration = Duration::from_secs(10);
 
 /// The longest resource name accepted, in bytes.
 pub(crate) const MAX_RESOURCE_LEN: usize = 64 * 1024;
@@ -97,14 +101,7 @@ impl Engine {
             .enumerate()
             .map(|(index, client)| {
                 let (timeout, connect) = (config.node_timeout, config.connect_timeout);
-                Node::new(
-                    client,
-                    timeout,
-                    connect,
-                    background.clone(),
-                    standings.clone(),
-                    index,
-                )
+                Node::new(client, timeout, connect, standings.clone(), index)
             })
             .collect();
         standings.set_recorder(recorder(&nodes, standings.record_key()));
@@ -200,7 +197,9 @@ impl Engine {
             }
         });
         let standings = request.is_vote().then_some(&self.standings);
-        Round::start(calls, &self.background, standings)
+        // A release's calls have no timer of their own (see `release`).
+        let linger = matches!(request, Request::Release { .. }).then_some(RELEASE_LINGER);
+        Round::start(calls, &self.background, standings, linger)
     }
 
     /// Waits until every node had its first check (and a node that counts
@@ -229,10 +228,13 @@ impl Engine {
     }
 
     /// The release script, sent to the nodes `to` names. Returns when
-    /// `until` says so; the other nodes get the request in the background.
-    /// Where the key held our token, the node hands it on to its first
-    /// waiter (see `queue.rs`); `place` says what becomes of a waiter's own
-    /// entry.
+    /// `until` says so, or once the per-node timeout has passed: a node that
+    /// has not answered by then counts as timed out (and is skipped by votes
+    /// until it answers a `PING`, as after a vote's timeout). Calls still
+    /// under way finish in the background, for up to [`RELEASE_LINGER`]:
+    /// the one timer of the round bounds them all. Where the key held our
+    /// token, the node hands it on to its first waiter (see `queue.rs`);
+    /// `place` says what becomes of a waiter's own entry.
     pub(crate) async fn release(
         &self,
         lock: &LockId,
@@ -246,7 +248,10 @@ impl Engine {
         };
         let timer = meter::Timer::start();
         let mut round = self.ask(&request, to);
-        round.collect(until).await;
+        let answered = tokio::time::timeout(self.config.node_timeout, round.collect(until));
+        if answered.await.is_err() {
+            round.time_out(|index| self.nodes[index].timed_out());
+        }
         timer.round("release");
         round
     }

@@ -27,10 +27,7 @@ use crate::queue::{self, Place};
 use crate::request::{LockId, Request, Shape};
 use crate::scripts;
 use crate::standing::Standings;
-use crate::tasks::{self, Background};
-
-/// How long a cleanup call that timed out keeps going in the background.
-const CLEANUP_LINGER: Duration = Duration::from_secs(10);
+use crate::tasks;
 
 /// What a call is for, which decides its bound and how it treats a slow node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,8 +35,9 @@ enum Purpose {
     /// Asks for a vote (acquire, extend, fencing write-back): skipped while
     /// the node is unresponsive.
     Vote,
-    /// Removes our key (release): always sent, finished in the background
-    /// after a timeout.
+    /// Removes our key (release): always sent, and not bounded here but by
+    /// its round (see `Engine::release`), which leaves it to finish in the
+    /// background.
     Cleanup,
     /// Only reads (status): bounded by the connect
     /// timeout, since a fresh client may have to connect first; a timeout
@@ -128,8 +126,6 @@ struct Shared {
     legacy_set: Arc<AtomicBool>,
     /// Whether its votes count (in the standings of all the client's nodes).
     standing: Arc<Standing>,
-    /// Where releases that timed out finish.
-    background: Background,
 }
 
 /// One exchange with a node.
@@ -239,7 +235,6 @@ impl Node {
         client: Client,
         timeout: Duration,
         connect_timeout: Duration,
-        background: Background,
         standings: Arc<Standings>,
         index: usize,
     ) -> Self {
@@ -258,7 +253,6 @@ impl Node {
                 connect_timeout,
                 legacy_set,
                 standing: Arc::new(Standing { standings, index }),
-                background,
             }),
         }
     }
@@ -311,14 +305,26 @@ impl Node {
         &self.shared.name
     }
 
+    /// A call of a round to this node ran out of the per-node timeout: the
+    /// node is skipped by votes until it answers a `PING` (as when a call's
+    /// own timer fires); returns the call's error.
+    pub(crate) fn timed_out(&self) -> NodeError {
+        let shared = &self.shared;
+        timed_out(&shared.standing, shared.link.clone(), shared.timeout);
+        NodeError::new(shared.name.clone(), NodeErrorKind::Timeout(shared.timeout))
+    }
+
     /// Runs `call` on this node's connection (connecting first if needed),
     /// bounded by the per-node timeout (the connect timeout for
-    /// [`Purpose::Read`]), and reads the reply as `reply` says.
+    /// [`Purpose::Read`]; a [`Purpose::Cleanup`] by its round), and reads
+    /// the reply as `reply` says.
     ///
-    /// A [`Purpose::Vote`] is not sent to a skipped node. A [`Purpose::Cleanup`]
-    /// that times out is not dropped but finishes in the background (for up
-    /// to [`CLEANUP_LINGER`]): the `redis` crate skips a queued request whose
-    /// caller went away, and a release must not be lost to a busy connection.
+    /// A [`Purpose::Vote`] is not sent to a skipped node. A
+    /// [`Purpose::Cleanup`] has no timer of its own: its round waits for it
+    /// up to the per-node timeout, then leaves it to finish in the
+    /// background (the `redis` crate skips a queued request whose caller
+    /// went away, and a release must not be lost to a busy connection). So
+    /// a release costs no second box for its request and no timer per node.
     fn call(
         &self,
         purpose: Purpose,
@@ -342,12 +348,7 @@ impl Node {
                 shared.timeout
             };
             let answer = if purpose == Purpose::Cleanup {
-                let mut pending = Box::pin(shared.clone().exchange_owned(call));
-                let answer = tokio::time::timeout(timeout, &mut pending).await;
-                if answer.is_err() {
-                    (shared.background).spawn(tokio::time::timeout(CLEANUP_LINGER, pending));
-                }
-                answer
+                Ok(shared.exchange(&call).await)
             } else {
                 tokio::time::timeout(timeout, shared.exchange(&call)).await
             };
@@ -372,11 +373,6 @@ impl Node {
 }
 
 impl Shared {
-    /// [`Shared::exchange`], owning what it needs (for the background).
-    async fn exchange_owned(self: Arc<Self>, call: Call) -> Result<(Value, bool), NodeErrorKind> {
-        self.exchange(&call).await
-    }
-
     /// Runs `call` on the link's connection (connecting first if needed),
     /// with its fallbacks; a call that shows the connection broken marks it
     /// so. The reply comes with whether the legacy command gave it.

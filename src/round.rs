@@ -4,11 +4,14 @@
 //!
 //! Calls still under way when a round ends are not dropped (the `redis` crate
 //! may skip a queued request whose future was dropped): they finish in the
-//! background, so every node receives its request.
+//! background, so every node receives its request. A vote's or a read's call
+//! is bounded by its own timer; a release's is not (see `Engine::release`),
+//! and the round gives it a bound in the background: its `linger`.
 
 use std::future::{Future, poll_fn};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 
@@ -84,6 +87,11 @@ impl Calls {
         self.left == 0
     }
 
+    /// Whether the call to node `index` is still under way.
+    fn is_under_way(&self, index: usize) -> bool {
+        self.slots.get(index).is_some_and(Option::is_some)
+    }
+
     /// Finishes every call, handing each answer to `on_answer`.
     async fn finish(mut self, mut on_answer: impl FnMut(usize, Answer)) {
         poll_fn(|cx| {
@@ -115,6 +123,9 @@ pub(crate) struct Round {
     pending: Calls,
     /// Where calls still under way go when the round is dropped.
     background: Background,
+    /// How long calls without a timer of their own (a release's) may go on
+    /// in the background; `None`: every call is bounded by itself.
+    linger: Option<Duration>,
     /// Whose grants count toward the quorum, read as each grant arrives;
     /// `None`: all count (releases, reads).
     standings: Option<Arc<Standings>>,
@@ -134,6 +145,7 @@ impl Round {
         calls: impl ExactSizeIterator<Item = BoxFuture<'static, Answer>>,
         background: &Background,
         standings: Option<&Arc<Standings>>,
+        linger: Option<Duration>,
     ) -> Round {
         let nodes = calls.len();
         let pending = Calls {
@@ -146,6 +158,7 @@ impl Round {
             last_error: None,
             pending,
             background: background.clone(),
+            linger,
             standings: standings.cloned(),
             not_counted: Vec::new(),
         }
@@ -253,6 +266,32 @@ impl Round {
         self.answers[index] = Some(answer);
     }
 
+    /// Stops waiting for the calls still under way: each such node's answer
+    /// is the error `timed_out(index)` gives, and its call finishes in the
+    /// background.
+    pub(crate) fn time_out(&mut self, timed_out: impl Fn(usize) -> NodeError) {
+        let late: Vec<usize> = (0..self.answers.len())
+            .filter(|&index| self.pending.is_under_way(index))
+            .collect();
+        for index in late {
+            self.record(index, Answer::Failed(timed_out(index)));
+        }
+        self.leave_to_background();
+    }
+
+    /// Hands the calls still under way to the background (bounded by the
+    /// linger where they have no timer of their own).
+    fn leave_to_background(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let pending = self.take_pending();
+        match self.linger {
+            Some(linger) => self.background.spawn(tokio::time::timeout(linger, pending)),
+            None => self.background.spawn(pending),
+        };
+    }
+
     /// Takes the grants that did not count, each with why, for an error.
     pub(crate) fn take_not_counted(&mut self) -> Box<[NodeError]> {
         std::mem::take(&mut self.not_counted)
@@ -337,10 +376,6 @@ impl std::fmt::Debug for Round {
 
 impl Drop for Round {
     fn drop(&mut self) {
-        if self.pending.is_empty() {
-            return;
-        }
-        let pending = self.take_pending();
-        self.background.spawn(pending);
+        self.leave_to_background();
     }
 }
