@@ -279,7 +279,7 @@ async fn take(
         claiming: false,
         meter,
     };
-    tasks::in_span(span, acquisition.run()).await
+    tasks::in_span!(span, acquisition.run())
 }
 
 /// A client's first call waits for its first checks of the nodes; no round

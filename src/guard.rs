@@ -187,10 +187,11 @@ impl LockGuard {
         let ttl = self.engine.ttl(ttl)?;
         Error::ensure_runtime()?;
         let span = tracing::debug_span!("quorlock.extend", resource = %self.shown_resource(), ttl_ms = ttl.millis);
-        let extension = (self.lease).extend(&self.engine, &self.lock, Some(ttl));
-        tasks::in_span(span, extension)
-            .await
-            .map_err(|(reason, source)| self.lost_error(reason, source))
+        let extension = tasks::in_span!(
+            span,
+            (self.lease).extend(&self.engine, &self.lock, Some(ttl))
+        );
+        extension.map_err(|(reason, source)| self.lost_error(reason, source))
     }
 
     fn lost_error(&self, reason: LostReason, source: Option<NodeError>) -> Error {
@@ -217,8 +218,10 @@ impl LockGuard {
         // A keeper stops before the release goes out.
         self.lease.end((LostReason::Released, None));
         let span = tracing::debug_span!("quorlock.unlock", resource = %self.shown_resource());
-        let release = (self.engine).release(&self.lock, Place::None, To::All, Until::QuorumOrAll);
-        let mut round = tasks::in_span(span.clone(), release).await;
+        let mut round = tasks::in_span!(
+            span.clone(),
+            (self.engine).release(&self.lock, Place::None, To::All, Until::QuorumOrAll)
+        );
         self.armed = false;
         let (votes, last_error) = round.tally();
         span.in_scope(|| round.log("release round"));

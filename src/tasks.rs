@@ -40,15 +40,21 @@ pub(crate) fn has_runtime() -> bool {
     tokio::task::try_id().is_some() || tokio::runtime::Handle::try_current().is_ok()
 }
 
-/// Runs `work` in `span`. A disabled span (no subscriber wants it, the
-/// usual case) is not entered and left at every poll of `work`.
-pub(crate) async fn in_span<F: Future>(span: tracing::Span, work: F) -> F::Output {
-    if span.is_disabled() {
-        work.await
-    } else {
-        tracing::Instrument::instrument(work, span).await
-    }
+/// Awaits `work` in `span`. A disabled span (no subscriber wants it, the
+/// usual case) is not entered and left at every poll of `work`. A macro, not
+/// a function: `work`, a whole lock call's future, is awaited where it is
+/// made instead of being moved into another future first.
+macro_rules! in_span {
+    ($span:expr, $work:expr) => {{
+        let span: tracing::Span = $span;
+        if span.is_disabled() {
+            $work.await
+        } else {
+            tracing::Instrument::instrument($work, span).await
+        }
+    }};
 }
+pub(crate) use in_span;
 
 /// Locks `mutex`, taking it over from a task that panicked while holding it
 /// (the state every holder leaves is valid between statements).
