@@ -26,14 +26,33 @@
 //!   driver with it), a drop guard leaves the link idle, so the next call, on
 //!   whatever runtime, connects again instead of failing on a dead
 //!   connection. Nor does an attempt cut short that way stay "connecting".
+//! - **Writes coalesced.** The connection's driver task (the `redis`
+//!   crate's: it writes the commands that calls queue on the connection and
+//!   hands the replies back) is spawned here, for `redis://` and `unix://`
+//!   nodes, behind [`Coalescing`]: woken while other calls are under way on
+//!   the link, it lets the tasks already waiting on its worker run first (up
+//!   to [`BATCH`] more calls), so that the commands they queue go out in one
+//!   write. Without it, tokio's multi-thread scheduler runs a freshly woken
+//!   task next (its "LIFO slot"), so the driver wrote each command as soon
+//!   as its caller queued it: one system call per command, on the client and
+//!   on the server. With 64 concurrent lock + unlock cycles on one node, the
+//!   client's CPU per cycle falls by about a third and the server's by a
+//!   quarter (see the README's performance section). A lone caller's command
+//!   goes out at once, as before. `rediss://` nodes connect through the
+//!   `redis` crate, which spawns its own driver: their writes are not
+//!   coalesced.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, RedisError};
+use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisError};
 use tokio::sync::oneshot;
 
 use crate::answer::NodeErrorKind;
@@ -78,6 +97,8 @@ pub(crate) struct Link {
     state: Mutex<(u64, State)>,
     /// Handed to attempt tasks, so that they can record their outcome.
     me: Weak<Link>,
+    /// The link's calls, for its driver (see [`Coalescing`]).
+    traffic: Arc<Traffic>,
 }
 
 impl std::fmt::Debug for Link {
@@ -86,6 +107,31 @@ impl std::fmt::Debug for Link {
             .field("connect_timeout", &self.connect_timeout)
             .finish_non_exhaustive()
     }
+}
+
+/// A call under way on a link: counted in its [`Traffic`] until dropped.
+pub(crate) struct Outstanding(Arc<Traffic>);
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        self.0.outstanding.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// How many calls a yielding driver lets queue before the call that makes
+/// them that many wakes it at once (see [`Coalescing`]).
+const BATCH: usize = 16;
+
+/// A link's calls, as its driver sees them (see [`Coalescing`]).
+#[derive(Debug, Default)]
+pub(crate) struct Traffic {
+    /// Calls under way: queued on the connection, not yet answered.
+    outstanding: AtomicUsize,
+    /// Calls made since the driver last ran.
+    queued: AtomicUsize,
+    /// The driver, while it yields: the call that makes [`BATCH`] calls
+    /// queued wakes it.
+    parked: Mutex<Option<std::task::Waker>>,
 }
 
 /// A connection handed to a call, with the attempt that made it, so that a
@@ -110,6 +156,7 @@ impl Link {
             check,
             state: Mutex::new((0, State::Idle)),
             me: me.clone(),
+            traffic: Arc::default(),
         })
     }
 
@@ -149,6 +196,21 @@ impl Link {
         Ok(Handle { connection, id })
     }
 
+    /// Counts a call under way until the guard is dropped; made before the
+    /// call's command is queued on the connection. The call that makes
+    /// [`BATCH`] calls queued since the driver last ran wakes a yielding
+    /// driver (see [`Coalescing`]).
+    pub(crate) fn outstanding(&self) -> Outstanding {
+        let traffic = &self.traffic;
+        traffic.outstanding.fetch_add(1, Ordering::Relaxed);
+        if traffic.queued.fetch_add(1, Ordering::Relaxed) + 1 >= BATCH
+            && let Some(driver) = crate::tasks::lock(&traffic.parked).take()
+        {
+            driver.wake();
+        }
+        Outstanding(self.traffic.clone())
+    }
+
     /// Drops the connection that attempt `attempt` made (a [`Handle::id`])
     /// after a call found it broken, and starts a new attempt at once.
     pub(crate) fn broken(&self, attempt: u64) {
@@ -179,13 +241,13 @@ impl Link {
         let client = self.client.clone();
         let timeout = self.connect_timeout;
         let check = self.check.clone();
+        let traffic = self.traffic.clone();
         let attempt: Attempt = async move {
             let config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(timeout))
                 .set_response_timeout(None);
             let connect = async {
-                let connection = client
-                    .get_multiplexed_async_connection_with_config(&config)
+                let connection = connect(&client, &config, traffic)
                     .await
                     .map_err(|err| connect_failure(err, timeout))?;
                 check(connection.clone()).await?;
@@ -207,8 +269,8 @@ impl Link {
             id,
         };
         let driven = attempt.clone();
-        // The connection's driver task runs on this runtime too (the `redis`
-        // crate spawns it where the attempt is polled): this task stays
+        // The connection's driver task runs on this runtime too ([`connect`],
+        // or the `redis` crate, spawns it where the attempt is polled): this task stays
         // while the connection is in use, so that its end, with the runtime,
         // is noticed and the dead connection dropped.
         let task = async move {
@@ -320,4 +382,116 @@ fn connect_failure(err: RedisError, timeout: Duration) -> Failure {
 /// reset, or its stream out of step), rather than a reply from the node.
 pub(crate) fn is_broken(err: &RedisError) -> bool {
     err.is_unrecoverable_error()
+}
+
+/// A multiplexed connection to `client`'s server, its driver task spawned
+/// here, [`Coalescing`], for a `redis://` or `unix://` node; a `rediss://`
+/// node's through the `redis` crate, which spawns its driver itself.
+///
+/// The same connection the `redis` crate makes: a client built from a URL
+/// has the default TCP settings, of which only `TCP_NODELAY` (off) applies
+/// to a plain socket, and the handshake (`AUTH`, `SELECT`, the protocol) is
+/// the crate's own, in `MultiplexedConnection::new_with_config`.
+async fn connect(
+    client: &Client,
+    config: &AsyncConnectionConfig,
+    traffic: Arc<Traffic>,
+) -> Result<MultiplexedConnection, RedisError> {
+    let info = client.get_connection_info();
+    let (connection, driver): (_, Pin<Box<dyn Future<Output = ()> + Send>>) = match info.addr() {
+        ConnectionAddr::Tcp(host, port) => {
+            let stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+            stream.set_nodelay(info.tcp_settings().nodelay())?;
+            let (connection, driver) = MultiplexedConnection::new_with_config(
+                info.redis_settings(),
+                stream,
+                config.clone(),
+            )
+            .await?;
+            (connection, Box::pin(driver))
+        }
+        #[cfg(unix)]
+        ConnectionAddr::Unix(path) => {
+            let stream = tokio::net::UnixStream::connect(path).await?;
+            let (connection, driver) = MultiplexedConnection::new_with_config(
+                info.redis_settings(),
+                stream,
+                config.clone(),
+            )
+            .await?;
+            (connection, Box::pin(driver))
+        }
+        _ => {
+            return client
+                .get_multiplexed_async_connection_with_config(config)
+                .await;
+        }
+    };
+    // The attempt runs as a task: a runtime is there.
+    if !crate::tasks::spawn(Coalescing::new(driver, traffic)) {
+        return Err(std::io::Error::other("no tokio runtime to run the connection on").into());
+    }
+    Ok(connection)
+}
+
+/// A connection's driver task that yields before it writes, while other
+/// calls are under way on the link, so that it writes their commands
+/// together (see the module docs):
+///
+/// - Woken with at most one call under way (a lone caller), it runs at once.
+/// - Woken with more, it yields: it asks the runtime to wake it when the
+///   worker runs out of other tasks (tokio's `yield_now`: the runtime wakes
+///   such tasks before its worker parks, and at least every 61 polls of
+///   other tasks), and leaves its waker in the link's [`Traffic`]. It runs
+///   at the first of: that wake, any other wake (a reply arrived: the
+///   socket's), or the call that makes [`BATCH`] calls queued since it last
+///   ran (which wakes it, so that it runs right after that call's task).
+///   The bound keeps the server busy while the client makes the next
+///   calls: one write for all would leave each side idle while the other
+///   works.
+///
+/// Nothing here decides a vote: the calls and their timers are as before,
+/// and a command written later only leaves its round less validity (which
+/// counts from before the command was queued). The driver ends as before:
+/// when every handle of the connection is dropped (its channel closes) or
+/// the connection fails.
+pub(crate) struct Coalescing {
+    driver: Pin<Box<dyn Future<Output = ()> + Send>>,
+    traffic: Arc<Traffic>,
+    /// Whether it yielded since it last ran: the next poll runs the driver.
+    yielded: bool,
+}
+
+impl Coalescing {
+    /// `driver`, coalescing the calls that `traffic` counts.
+    pub(crate) fn new(
+        driver: Pin<Box<dyn Future<Output = ()> + Send>>,
+        traffic: Arc<Traffic>,
+    ) -> Self {
+        Coalescing {
+            driver,
+            traffic,
+            yielded: false,
+        }
+    }
+}
+
+impl Future for Coalescing {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if !self.yielded && self.traffic.outstanding.load(Ordering::Relaxed) > 1 {
+            self.yielded = true;
+            *crate::tasks::lock(&self.traffic.parked) = Some(cx.waker().clone());
+            // Its first poll asks for the deferred wake and is pending;
+            // dropping it after does not take the request back.
+            let mut later = std::pin::pin!(tokio::task::yield_now());
+            let _ = later.as_mut().poll(cx);
+            return Poll::Pending;
+        }
+        self.yielded = false;
+        self.traffic.queued.store(0, Ordering::Relaxed);
+        crate::tasks::lock(&self.traffic.parked).take();
+        self.driver.as_mut().poll(cx)
+    }
 }

@@ -380,7 +380,9 @@ impl Shared {
         let handle = self.link.connection().await?;
         let id = handle.id();
         let mut connection = handle.connection;
+        let outstanding = self.link.outstanding();
         let answer = self.fallbacks(&mut connection, call).await;
+        drop(outstanding);
         if let Err(err) = &answer
             && connection::is_broken(err)
         {

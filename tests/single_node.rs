@@ -136,3 +136,67 @@ async fn single_node_dropped_guard_is_released() {
     drop(guard);
     assert!(eventually(Duration::from_secs(2), || server.get(&key).is_none()).await);
 }
+
+/// The server's count of reads from its clients (`INFO stats`).
+fn reads_processed(server: &RedisServer) -> u64 {
+    let stats: String = redis::cmd("INFO")
+        .arg("stats")
+        .query(&mut server.connection())
+        .expect("INFO stats");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix("total_reads_processed:"))
+        .and_then(|count| count.trim().parse().ok())
+        .expect("total_reads_processed in INFO stats")
+}
+
+/// Concurrent calls on one worker share writes (see `connection.rs`): 64
+/// tasks locking and unlocking at once reach the server in far fewer reads
+/// than commands. Without the coalescing, tokio's LIFO slot ran the
+/// connection's driver after each call, one write (and one server read)
+/// per command. Every lock is still taken and released.
+#[test]
+fn concurrent_calls_on_one_worker_share_writes() {
+    const TASKS: usize = 64;
+    const CYCLES: usize = 50;
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let redlock = single(&server).build().unwrap();
+    runtime.block_on(support::lock_once(&redlock, "share:warm-up", TTL));
+    let before = reads_processed(&server);
+    let released = runtime.block_on(async {
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|task| {
+                let redlock = redlock.clone();
+                tokio::spawn(async move {
+                    let mut released = 0;
+                    for cycle in 0..CYCLES {
+                        let resource = format!("share:{task}:{cycle}");
+                        let guard = redlock.try_lock(&resource, TTL).await.unwrap();
+                        if guard.unlock().await.unwrap() == Unlocked::Released {
+                            released += 1;
+                        }
+                    }
+                    released
+                })
+            })
+            .collect();
+        let mut released = 0;
+        for task in tasks {
+            released += task.await.unwrap();
+        }
+        released
+    });
+    let reads = reads_processed(&server) - before;
+    let commands = (2 * TASKS * CYCLES) as u64;
+    println!("{reads} server reads for {commands} commands");
+    assert_eq!(released, TASKS * CYCLES);
+    assert!(
+        reads * 3 < commands,
+        "{reads} reads for {commands} commands: writes not shared"
+    );
+}
