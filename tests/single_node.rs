@@ -200,3 +200,43 @@ fn concurrent_calls_on_one_worker_share_writes() {
         "{reads} reads for {commands} commands: writes not shared"
     );
 }
+
+/// A node named by its Unix socket (`redis+unix://`): its connection is made
+/// and driven by quorlock as a TCP node's (see `connection.rs`); locks are
+/// taken, contended and released, by one caller and by 16 at once.
+#[test]
+fn a_unix_socket_node_locks_and_releases() {
+    let dir = std::env::temp_dir().join(format!("quorlock-unix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("socket dir");
+    let socket = dir.join(format!("redis-{}.sock", support::free_port()));
+    let socket_arg = socket.to_str().expect("utf-8 temp dir").to_owned();
+    let server = RedisServer::start_with(&["--unixsocket", &socket_arg, "--unixsocketperm", "700"]);
+    let runtime = support::runtime().expect("runtime");
+    let redlock = Redlock::builder([format!("redis+unix://{socket_arg}")])
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let guard = redlock.try_lock("unix:a", TTL).await.unwrap();
+        assert!(server.get(guard.key()).is_some());
+        let err = redlock.try_lock("unix:a", TTL).await.unwrap_err();
+        assert!(err.is_contended(), "got {err}");
+        assert_eq!(guard.unlock().await.unwrap(), Unlocked::Released);
+        let tasks: Vec<_> = (0..16)
+            .map(|task| {
+                let redlock = redlock.clone();
+                tokio::spawn(async move {
+                    for cycle in 0..20 {
+                        let resource = format!("unix:{task}:{cycle}");
+                        let guard = redlock.try_lock(&resource, TTL).await.unwrap();
+                        assert_eq!(guard.unlock().await.unwrap(), Unlocked::Released);
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+    });
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
