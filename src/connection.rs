@@ -398,28 +398,16 @@ async fn connect(
     traffic: Arc<Traffic>,
 ) -> Result<MultiplexedConnection, RedisError> {
     let info = client.get_connection_info();
-    let (connection, driver): (_, Pin<Box<dyn Future<Output = ()> + Send>>) = match info.addr() {
+    let (connection, driver) = match info.addr() {
         ConnectionAddr::Tcp(host, port) => {
             let stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
             stream.set_nodelay(info.tcp_settings().nodelay())?;
-            let (connection, driver) = MultiplexedConnection::new_with_config(
-                info.redis_settings(),
-                stream,
-                config.clone(),
-            )
-            .await?;
-            (connection, Box::pin(driver))
+            multiplexed(info, stream, config).await?
         }
         #[cfg(unix)]
         ConnectionAddr::Unix(path) => {
             let stream = tokio::net::UnixStream::connect(path).await?;
-            let (connection, driver) = MultiplexedConnection::new_with_config(
-                info.redis_settings(),
-                stream,
-                config.clone(),
-            )
-            .await?;
-            (connection, Box::pin(driver))
+            multiplexed(info, stream, config).await?
         }
         _ => {
             return client
@@ -432,6 +420,25 @@ async fn connect(
         return Err(std::io::Error::other("no tokio runtime to run the connection on").into());
     }
     Ok(connection)
+}
+
+/// A connection's driver task, as the `redis` crate makes it.
+type Driver = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The `redis` crate's multiplexed connection over `stream` (its handshake
+/// with the node included), and its driver, not yet spawned.
+async fn multiplexed<S>(
+    info: &redis::ConnectionInfo,
+    stream: S,
+    config: &AsyncConnectionConfig,
+) -> Result<(MultiplexedConnection, Driver), RedisError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (connection, driver) =
+        MultiplexedConnection::new_with_config(info.redis_settings(), stream, config.clone())
+            .await?;
+    Ok((connection, Box::pin(driver)))
 }
 
 /// A connection's driver task that yields before it writes, while other
@@ -457,7 +464,7 @@ async fn connect(
 /// when every handle of the connection is dropped (its channel closes) or
 /// the connection fails.
 pub(crate) struct Coalescing {
-    driver: Pin<Box<dyn Future<Output = ()> + Send>>,
+    driver: Driver,
     traffic: Arc<Traffic>,
     /// Whether it yielded since it last ran: the next poll runs the driver.
     yielded: bool,
@@ -465,10 +472,7 @@ pub(crate) struct Coalescing {
 
 impl Coalescing {
     /// `driver`, coalescing the calls that `traffic` counts.
-    pub(crate) fn new(
-        driver: Pin<Box<dyn Future<Output = ()> + Send>>,
-        traffic: Arc<Traffic>,
-    ) -> Self {
+    pub(crate) fn new(driver: Driver, traffic: Arc<Traffic>) -> Self {
         Coalescing {
             driver,
             traffic,
