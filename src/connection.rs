@@ -500,3 +500,111 @@ impl Future for Coalescing {
         self.driver.as_mut().poll(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::task::Waker;
+
+    /// A driver that counts its polls and keeps its waker, like a driver
+    /// with nothing to do.
+    struct Idle {
+        polls: Arc<AtomicUsize>,
+        waker: Arc<Mutex<Option<Waker>>>,
+    }
+
+    impl Future for Idle {
+        type Output = ();
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            self.polls.fetch_add(1, Ordering::SeqCst);
+            *crate::tasks::lock(&self.waker) = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+
+    /// A task that is always ready to run: it wakes itself at every poll.
+    struct Spin(Arc<AtomicBool>);
+
+    impl Future for Spin {
+        type Output = ();
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            if self.0.load(Ordering::SeqCst) {
+                return Poll::Ready(());
+            }
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+
+    /// A driver that yields with other calls under way, on a worker that
+    /// never runs out of tasks (a spinning task), and with nothing else to
+    /// wake it (no reply coming, fewer than `BATCH` calls), still runs: the
+    /// runtime's deferred wake, at its maintenance tick, is what brings it
+    /// back. Each wake yields again, and each time the driver runs.
+    #[test]
+    fn a_yielding_driver_runs_on_a_worker_that_is_never_idle() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let traffic = Arc::new(Traffic::default());
+        traffic.outstanding.store(2, Ordering::SeqCst);
+        let (polls, waker) = (Arc::new(AtomicUsize::new(0)), Arc::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let spinner = runtime.spawn(Spin(stop.clone()));
+        let driver = Idle {
+            polls: polls.clone(),
+            waker: Arc::clone(&waker),
+        };
+        runtime.spawn(Coalescing::new(Box::pin(driver), traffic.clone()));
+        let reached = |count: usize| {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while polls.load(Ordering::SeqCst) < count && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            polls.load(Ordering::SeqCst) >= count
+        };
+        assert!(reached(1), "the yielding driver never ran");
+        for count in 2..=5 {
+            let woken = crate::tasks::lock(&waker)
+                .take()
+                .expect("the driver's waker");
+            woken.wake();
+            assert!(reached(count), "the driver did not run after wake {count}");
+        }
+        stop.store(true, Ordering::SeqCst);
+        runtime.block_on(spinner).expect("spinner");
+    }
+
+    /// Counts its wakes.
+    struct Wakes(AtomicUsize);
+
+    impl futures::task::ArcWake for Wakes {
+        fn wake_by_ref(arc_self: &Arc<Self>) {
+            arc_self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The call that makes `BATCH` calls queued since the driver last ran
+    /// wakes a yielding driver, once; the calls before it do not, and a
+    /// call's end takes it out of the calls under way.
+    #[test]
+    fn the_batch_th_call_wakes_a_yielding_driver() {
+        let client = Client::open("redis://127.0.0.1:1").expect("url");
+        let check: Check = Arc::new(|_| async { Ok(()) }.boxed());
+        let link = Link::new(client, Duration::from_secs(1), check);
+        let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
+        *crate::tasks::lock(&link.traffic.parked) = Some(futures::task::waker(wakes.clone()));
+        let mut calls: Vec<Outstanding> = (1..BATCH).map(|_| link.outstanding()).collect();
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 0);
+        calls.push(link.outstanding());
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
+        calls.push(link.outstanding());
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 1, "woken once");
+        assert_eq!(link.traffic.outstanding.load(Ordering::SeqCst), BATCH + 1);
+        drop(calls);
+        assert_eq!(link.traffic.outstanding.load(Ordering::SeqCst), 0);
+    }
+}
