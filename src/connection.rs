@@ -110,9 +110,10 @@ impl std::fmt::Debug for Link {
 }
 
 /// A call under way on a link: counted in its [`Traffic`] until dropped.
-pub(crate) struct Outstanding(Arc<Traffic>);
+/// Borrowed, not an `Arc`: no reference count moves per call.
+pub(crate) struct Outstanding<'a>(&'a Traffic);
 
-impl Drop for Outstanding {
+impl Drop for Outstanding<'_> {
     fn drop(&mut self) {
         self.0.outstanding.fetch_sub(1, Ordering::Relaxed);
     }
@@ -200,7 +201,7 @@ impl Link {
     /// call's command is queued on the connection. The call that makes
     /// [`BATCH`] calls queued since the driver last ran wakes a yielding
     /// driver (see [`Coalescing`]).
-    pub(crate) fn outstanding(&self) -> Outstanding {
+    pub(crate) fn outstanding(&self) -> Outstanding<'_> {
         let traffic = &self.traffic;
         traffic.outstanding.fetch_add(1, Ordering::Relaxed);
         if traffic.queued.fetch_add(1, Ordering::Relaxed) + 1 >= BATCH
@@ -208,7 +209,7 @@ impl Link {
         {
             driver.wake();
         }
-        Outstanding(self.traffic.clone())
+        Outstanding(traffic)
     }
 
     /// Drops the connection that attempt `attempt` made (a [`Handle::id`])
@@ -494,9 +495,12 @@ impl Future for Coalescing {
             let _ = later.as_mut().poll(cx);
             return Poll::Pending;
         }
-        self.yielded = false;
         self.traffic.queued.store(0, Ordering::Relaxed);
-        crate::tasks::lock(&self.traffic.parked).take();
+        // Its waker is left only by a yield: no lock otherwise (a lone
+        // caller's wake).
+        if std::mem::take(&mut self.yielded) {
+            crate::tasks::lock(&self.traffic.parked).take();
+        }
         self.driver.as_mut().poll(cx)
     }
 }
