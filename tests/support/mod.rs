@@ -16,6 +16,8 @@ pub use logs::capture_logs;
 
 pub mod harness;
 
+pub mod sale;
+
 mod server;
 #[allow(unused_imports)]
 pub use server::{adapted, describe, is_redis_before_7, not_run, server_binary};

@@ -1,0 +1,251 @@
+//! Waiting at scale, across OS processes: a flash sale of thousands of
+//! callers on one lock is served with no failed call, no overlap and a
+//! bounded cost per served call on the nodes; a client SIGKILLed with
+//! hundreds of queued waiters stops blocking the others within the
+//! documented bound; thousands of waiters on distinct resources, released
+//! at once, all acquire. This test re-executes its own binary as the
+//! workers, so it has its own `main` (harness = false).
+//! `examples/flash_sale.rs` gives the figures.
+
+mod support;
+
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use quorlock::Redlock;
+use support::harness::{AnyError, Outcome, check};
+
+const TTL: Duration = Duration::from_secs(10);
+const TESTS: [&str; 3] = [
+    "a_flash_sale_of_thousands_serves_every_caller_at_a_bounded_cost",
+    "a_sigkilled_client_with_hundreds_of_waiters_stops_blocking",
+    "thousands_of_waiters_on_distinct_resources_released_at_once_all_acquire",
+];
+
+/// 4 processes × 600 tasks want one lock each on 5 nodes, patience 60 s:
+/// every call is served, the checker sees no overlap, and node 0 runs at
+/// most 40 commands per served call (the commands its scripts run
+/// included). A lock whose waiters each refresh their place every 250 ms
+/// runs hundreds.
+fn a_flash_sale_of_thousands_serves_every_caller_at_a_bounded_cost(
+    exe: &std::path::Path,
+) -> Outcome {
+    let servers = support::servers(6);
+    let (checker, nodes) = (&servers[0], &servers[1..]);
+    let patience = Duration::from_secs(60);
+    let sale = support::sale::run(exe, "--sale-worker", (4, 600), patience, nodes, checker)?;
+    println!(
+        "  {} served, {} failed, {} overlaps in {:.1?} ({:.0}/s); wait p50 {:?} p99 {:?}; \
+         node 0: {:.1} commands and {:?} CPU per served call",
+        sale.served,
+        sale.failed,
+        sale.overlaps,
+        sale.elapsed,
+        sale.served_per_second(),
+        sale.wait_percentile(50.0),
+        sale.wait_percentile(99.0),
+        sale.commands_per_served(),
+        sale.cpu_per_served(),
+    );
+    check(sale.overlaps == 0, format!("{} overlaps", sale.overlaps))?;
+    check(sale.failed == 0, format!("{} calls gave up", sale.failed))?;
+    check(sale.served == 2_400, format!("{} served of 2,400", sale.served))?;
+    check(
+        sale.commands_per_served() <= 40.0,
+        format!("{:.1} commands per served call on node 0", sale.commands_per_served()),
+    )
+}
+
+/// A worker with `count` calls queued on `resource` (patience 60 s), to be
+/// SIGKILLed: prints `queued` once they all made their first rounds.
+async fn doomed_client(count: usize, resource: &str, nodes: &[String]) -> Outcome {
+    let redlock = Redlock::builder(nodes)
+        .acquire_timeout(Duration::from_secs(60))
+        .build()?;
+    support::lock_once(&redlock, "sale:warm-up", TTL).await;
+    let calls: Vec<_> = (0..count)
+        .map(|_| {
+            let (redlock, resource) = (redlock.clone(), resource.to_owned());
+            tokio::spawn(async move { redlock.lock(&resource, TTL).await.map(drop) })
+        })
+        .collect();
+    for call in calls {
+        call.await??;
+    }
+    Ok(())
+}
+
+/// The number of entries in `resource`'s queue on each of `nodes`.
+fn queue_lengths(redlock: &Redlock, nodes: &[support::RedisServer], resource: &str) -> Vec<i64> {
+    let mut queue = redlock.key(resource).unwrap_or_default();
+    queue.extend_from_slice(b":quorlock-queue");
+    nodes
+        .iter()
+        .map(|node| {
+            redis::cmd("ZCARD")
+                .arg(&queue)
+                .query(&mut node.connection())
+                .unwrap_or(-1)
+        })
+        .collect()
+}
+
+/// A client in its own process queues 300 calls behind a holder, then 20
+/// calls of another client queue behind them; the first is SIGKILLed and
+/// the lock released: the other client's first call is served within
+/// `WAITER_LIFETIME` + `REFRESH_INTERVAL` + 1 s of the release, and all 20
+/// are served.
+fn a_sigkilled_client_with_hundreds_of_waiters_stops_blocking(
+    exe: &std::path::Path,
+    runtime: &tokio::runtime::Runtime,
+) -> Outcome {
+    let servers = support::servers(3);
+    let nodes = support::urls(&servers);
+    let resource = "sale:killed";
+    runtime.block_on(async {
+        let holder = Redlock::new(&nodes)?;
+        let guard = holder.lock(resource, TTL).await?;
+        let mut doomed = Command::new(exe)
+            .args(["--doomed-client", "300", resource])
+            .args(&nodes)
+            .stdout(Stdio::null())
+            .spawn()?;
+        let servers = &servers;
+        let queued = |count: i64| {
+            let holder = holder.clone();
+            async move {
+                let lengths = || queue_lengths(&holder, servers, resource);
+                let all = support::eventually(Duration::from_secs(30), || {
+                    lengths().iter().all(|&n| n == count)
+                });
+                check(all.await, format!("not {count} queued: {:?}", lengths()))
+            }
+        };
+        queued(300).await?;
+        let next = Redlock::builder(&nodes)
+            .acquire_timeout(Duration::from_secs(30))
+            .build()?;
+        let calls: Vec<_> = (0..20)
+            .map(|_| {
+                let next = next.clone();
+                tokio::spawn(async move {
+                    let guard = next.lock(resource, TTL).await?;
+                    let got = Instant::now();
+                    guard.unlock().await?;
+                    Ok::<_, quorlock::Error>(got)
+                })
+            })
+            .collect();
+        queued(320).await?;
+        doomed.kill()?;
+        doomed.wait()?;
+        let released = Instant::now();
+        guard.unlock().await?;
+        let mut served = Vec::new();
+        for call in calls {
+            served.push(tokio::time::timeout(Duration::from_secs(40), call).await???);
+        }
+        let first = served.iter().min().map_or(Duration::MAX, |got| *got - released);
+        println!("  the other client's first call served {first:?} after the release");
+        let bound = Redlock::WAITER_LIFETIME + Redlock::REFRESH_INTERVAL + Duration::from_secs(1);
+        check(
+            first <= bound,
+            format!("served after {first:?}, more than {bound:?}"),
+        )
+    })
+}
+
+/// One client holds 5,000 locks; another has one waiting `lock` call per
+/// resource (patience 10 s); all 5,000 are released at once: every waiter
+/// acquires.
+fn thousands_of_waiters_on_distinct_resources_released_at_once_all_acquire(
+    runtime: &tokio::runtime::Runtime,
+) -> Outcome {
+    const RESOURCES: usize = 5_000;
+    let servers = support::servers(3);
+    let nodes = support::urls(&servers);
+    runtime.block_on(async {
+        let holder = Redlock::new(&nodes)?;
+        let waiter = Redlock::builder(&nodes)
+            .acquire_timeout(Duration::from_secs(10))
+            .build()?;
+        support::lock_once(&waiter, "sale:warm-up", TTL).await;
+        let names: Vec<String> = (0..RESOURCES).map(|n| format!("sale:many-{n}")).collect();
+        let mut guards = Vec::new();
+        for name in &names {
+            guards.push(holder.lock(name, TTL).await?);
+        }
+        let calls: Vec<_> = names
+            .iter()
+            .map(|name| {
+                let (waiter, name) = (waiter.clone(), name.clone());
+                tokio::spawn(async move { waiter.lock(&name, TTL).await.map(|_| Instant::now()) })
+            })
+            .collect();
+        let last = names.last().map(String::as_str).unwrap_or_default();
+        let joined = support::eventually(Duration::from_secs(30), || {
+            queue_lengths(&holder, &servers, last).iter().all(|&n| n == 1)
+        });
+        check(joined.await, "the last waiter did not queue")?;
+        let released = Instant::now();
+        let releases: Vec<_> = guards
+            .into_iter()
+            .map(|guard| tokio::spawn(guard.unlock()))
+            .collect();
+        for release in releases {
+            release.await??;
+        }
+        let release_took = released.elapsed();
+        let (mut acquired, mut last_at) = (0, Duration::ZERO);
+        let mut errors = std::collections::BTreeMap::<String, usize>::new();
+        for call in calls {
+            match call.await? {
+                Ok(got) => {
+                    acquired += 1;
+                    last_at = last_at.max(got.saturating_duration_since(released));
+                }
+                Err(err) => *errors.entry(err.to_string()).or_default() += 1,
+            }
+        }
+        println!(
+            "  {acquired} of {RESOURCES} acquired, the last {last_at:?} after the release \
+             began (the release of all took {release_took:?})"
+        );
+        check(
+            acquired == RESOURCES,
+            format!("{acquired} of {RESOURCES} acquired; errors: {errors:?}"),
+        )
+    })
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = support::runtime().expect("tokio runtime");
+    match args.first().map(String::as_str) {
+        Some("--sale-worker") => {
+            let outcome = runtime.block_on(support::sale::worker_main(&args[1..]));
+            return support::harness::exit("sale worker", outcome);
+        }
+        Some("--doomed-client") => {
+            let outcome: Result<(), AnyError> = match &args[1..] {
+                [count, resource, nodes @ ..] => match count.parse() {
+                    Ok(count) => runtime.block_on(doomed_client(count, resource, nodes)),
+                    Err(_) => Err("bad COUNT".into()),
+                },
+                _ => Err("--doomed-client COUNT RESOURCE NODE...".into()),
+            };
+            return support::harness::exit("doomed client", outcome);
+        }
+        _ => {}
+    }
+    let exe = std::env::current_exe().expect("own executable");
+    support::harness::run_tests(&args, &TESTS, |name| match name {
+        "a_flash_sale_of_thousands_serves_every_caller_at_a_bounded_cost" => {
+            a_flash_sale_of_thousands_serves_every_caller_at_a_bounded_cost(&exe)
+        }
+        "a_sigkilled_client_with_hundreds_of_waiters_stops_blocking" => {
+            a_sigkilled_client_with_hundreds_of_waiters_stops_blocking(&exe, &runtime)
+        }
+        _ => thousands_of_waiters_on_distinct_resources_released_at_once_all_acquire(&runtime),
+    })
+}
