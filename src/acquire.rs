@@ -101,6 +101,7 @@ use crate::queue::{self, Place};
 use crate::quorum::{self, Ttl, Votes};
 use crate::request::{LockId, OtherKeys, Request, RwKeys, Shape, new_token};
 use crate::round::{NodeSet, Round, Until};
+use crate::session::Watching;
 use crate::standing::NotReady;
 use crate::tasks;
 
@@ -394,6 +395,11 @@ impl Acquisition<'_> {
     async fn round(&mut self) -> InFlight {
         let lock = LockId::fresh(&self.key, &self.shape);
         let (request, gates) = self.take_turn(lock.clone());
+        // Before the start: the wait for a permit is not the round's.
+        let permit = match &request {
+            Request::Wait { .. } => self.engine.queue_rounds.acquire().await.ok(),
+            _ => None,
+        };
         let start = Instant::now();
         let to = gates.as_ref().map_or(To::All, To::Gated);
         let waiter = match &request {
@@ -410,6 +416,7 @@ impl Acquisition<'_> {
             waiter,
         };
         in_flight.round.collect(Until::Decided).await;
+        drop(permit);
         if let Some(gates) = &gates {
             gates.close();
         }
@@ -555,7 +562,14 @@ impl Acquisition<'_> {
         if Instant::now() >= deadline || (self.waiting.is_none() && !self.retries) {
             return Err(error);
         }
-        if let (Some(waiting), true) = (&mut self.waiting, error.is_contended()) {
+        // A waiter queued on some node waits for its handoff even when too
+        // few nodes answered: the nodes that queued it will hand it the
+        // lock, and its claim round queues it on the others (under its
+        // ticket) too. A blind retry would only add to the load that made
+        // the nodes slow.
+        let handoff =
+            |waiting: &Waiting| error.is_contended() || (error.is_unavailable() && waiting.queued);
+        if let Some(waiting) = self.waiting.as_mut().filter(|waiting| handoff(waiting)) {
             if !std::mem::take(&mut waiting.rewrite) {
                 let listening = waiting.listening.as_mut();
                 self.claiming = await_handoff(&self.engine.config, listening, deadline).await;
@@ -576,10 +590,14 @@ impl Acquisition<'_> {
 
 /// Waits until a node told this waiter that it reserved the lock for it
 /// (`true`: the next round is a claim, sent to each node once it told, or
-/// [`CLAIM_GRACE`](queue::CLAIM_GRACE) after the round started), until its
-/// next refresh round is due, or until `deadline` (`false`). Without
-/// notifications it waits for the refresh round alone, which comes after
-/// the jittered retry delay if that is shorter.
+/// [`CLAIM_GRACE`](queue::CLAIM_GRACE) after the round started), or until
+/// `deadline` (`false`). The waiter makes no round meanwhile: its place
+/// lives with its client's session, and what no release announces (a key
+/// that expired, a foreign release, a dead waiter ahead) the session's
+/// checks hand on to it with a notification (see `session.rs`). Without
+/// notifications it waits for its next refresh round, after the jittered
+/// retry delay or [`REFRESH_INTERVAL`](queue::REFRESH_INTERVAL), whichever
+/// is shorter.
 async fn await_handoff(
     config: &crate::config::Config,
     listening: Option<&mut Listening>,
@@ -592,14 +610,13 @@ async fn await_handoff(
         tokio::time::sleep_until((Instant::now() + refresh).min(deadline).into()).await;
         return false;
     };
-    let wake = (Instant::now() + queue::REFRESH_INTERVAL).min(deadline);
     loop {
         if listening.reserved() > 0 {
             return true;
         }
         tokio::select! {
             _ = listening.changed() => {}
-            _ = tokio::time::sleep_until(wake.into()) => return false,
+            _ = tokio::time::sleep_until(deadline.into()) => return false,
         }
     }
 }
@@ -654,8 +671,13 @@ struct Waiting {
     /// The ticket every node should hold for this waiter; 0 before any gave one.
     ticket: u64,
     listening: Option<Listening>,
+    /// The session's interest in the lock key while the waiter is queued:
+    /// its heartbeat keeps the waiter's entry live and checks the key.
+    watching: Option<Watching>,
     /// Whether a round of this waiter went out (so that nodes may queue it).
     joined: bool,
+    /// Whether a node answered its last round by queueing it.
+    queued: bool,
     /// Before the call's first round, which is a plain `SET NX`.
     first: bool,
     /// Set when nodes hold other tickets than `ticket`: the next round goes
@@ -671,7 +693,9 @@ impl Waiting {
             waiter: None,
             ticket: 0,
             listening: None,
+            watching: None,
             joined: false,
+            queued: false,
             first: !engine.busy.is_busy(key),
             rewrite: false,
         }
@@ -709,6 +733,9 @@ impl Waiting {
             return (gates, None);
         }
         self.joined = true;
+        if self.watching.is_none() {
+            self.watching = Some(self.engine.session.watch(&self.key));
+        }
         (gates, Some((self.join().clone(), self.ticket)))
     }
 
@@ -723,6 +750,7 @@ impl Waiting {
     /// waiter gave it at most ticket `highest` (all the same one: `agree`)
     /// and `granted` nodes set the key: the place to keep on the nodes.
     fn keep_place(&mut self, highest: Option<u64>, agree: bool, granted: usize) -> Place {
+        self.queued = highest.is_some();
         let ticket = self.ticket.max(highest.unwrap_or(0));
         self.rewrite =
             highest.is_some_and(|high| !agree || high != ticket) || (ticket == 0 && granted > 0);

@@ -22,6 +22,7 @@ use crate::quorum::{self, Ttl};
 use crate::request::{INTENT_SUFFIX, READ_SUFFIX, WRITE_SUFFIX};
 use crate::request::{LockId, Request, new_token};
 use crate::round::{NodeSet, Round, Until};
+use crate::session::{self, Session};
 use crate::standing::{self, NotReady, RestartPolicy, Standings};
 use crate::status::LockStatus;
 use crate::tasks::Background;
@@ -60,8 +61,13 @@ pub(crate) struct Engine {
     /// Whose votes count (see `standing.rs`).
     pub(crate) standings: Arc<Standings>,
     pub(crate) notifications: Arc<Notifications>,
+    /// This client's liveness on the nodes, for its waiters (see `session.rs`).
+    pub(crate) session: Arc<Session>,
     /// Which keys `lock` last found taken.
     pub(crate) busy: queue::Busy,
+    /// Permits for the client's queue rounds in flight (see
+    /// [`queue::QUEUE_ROUNDS_IN_FLIGHT`]).
+    pub(crate) queue_rounds: tokio::sync::Semaphore,
     /// Releases and straggling calls that run after their caller moved on.
     pub(crate) background: Background,
 }
@@ -91,10 +97,13 @@ impl Engine {
                 "an even number of lock nodes tolerates no more failures than one node fewer"
             );
         }
+        let client_id = new_token();
+        let live_key = Session::live_key_of(&config.key_prefix, &client_id);
         let notifications = Arc::new(Notifications::new(
             clients.clone(),
             config.connect_timeout,
-            new_token(),
+            client_id,
+            &live_key,
         ));
         let nodes: Arc<[Node]> = clients
             .into_iter()
@@ -105,13 +114,19 @@ impl Engine {
             })
             .collect();
         standings.set_recorder(recorder(&nodes, standings.record_key()));
-        Arc::new(Engine {
-            nodes,
-            config,
-            standings,
-            notifications,
-            busy: queue::Busy::new(),
-            background,
+        let session = Session::new(live_key, nodes.clone(), notifications.clone());
+        Arc::new_cyclic(|engine| {
+            notifications.set_orphaned(orphaned(engine.clone()));
+            Engine {
+                nodes,
+                config,
+                standings,
+                notifications,
+                session,
+                busy: queue::Busy::new(),
+                queue_rounds: tokio::sync::Semaphore::new(queue::QUEUE_ROUNDS_IN_FLIGHT),
+                background,
+            }
         })
     }
 
@@ -160,8 +175,12 @@ impl Engine {
         }
         if queue::is_queue_key(&key) {
             return invalid(
-                "its key ends like the keys of a lock's queue \
-                 (`:quorlock-queue`, `:quorlock-alive`)"
+                "its key ends like the key of a lock's queue (`:quorlock-queue`)".into(),
+            );
+        }
+        if key[prefix.len()..].starts_with(session::CLIENT_KEY_INFIX.as_bytes()) {
+            return invalid(
+                "its key is like a client's liveness key (`quorlock-client:` after the prefix)"
                     .into(),
             );
         }
@@ -308,6 +327,29 @@ fn concat(prefix: &[u8], resource: &[u8]) -> Arc<[u8]> {
 /// The answer of a node that is not asked, as a node call of the round.
 fn unasked(answer: Answer) -> futures::future::BoxFuture<'static, Answer> {
     futures::future::ready(answer).boxed()
+}
+
+/// What a client does with a handoff to one of its waiters that no longer
+/// listens (see `notify.rs`): the waiter leaves the queue on that node, in
+/// the background, passing the reservation on.
+fn orphaned(engine: std::sync::Weak<Engine>) -> crate::notify::Orphaned {
+    Arc::new(move |index, key, waiter| {
+        let Some(engine) = engine.upgrade() else {
+            return;
+        };
+        let entry = LockId::plain(key, waiter.clone());
+        let leave = {
+            let engine = engine.clone();
+            async move {
+                let node = NodeSet::only(index, engine.nodes.len());
+                let place = Place::Leave(waiter);
+                engine
+                    .release(&entry, place, To::Only(&node), Until::All)
+                    .await;
+            }
+        };
+        engine.background.spawn(leave);
+    })
 }
 
 /// How the standings record a node's `run_id` on another node (see

@@ -285,6 +285,7 @@ mod queue;
 mod request;
 mod round;
 mod scripts;
+mod session;
 mod standing;
 mod status;
 

@@ -300,6 +300,54 @@ impl Node {
             })
     }
 
+    /// The client's heartbeat on this node (`scripts::HEARTBEAT`, see
+    /// `session.rs`): keeps `live_key` for `lifetime_ms` and checks `keys`.
+    /// Returns whether the liveness key was still there and, per key, how
+    /// long nothing there needs a look (ms). Bounded by the connect timeout
+    /// (it is background work); a slow node is not marked skipped by it.
+    ///
+    /// Cancel safe: dropped, the call goes on only as far as the request was
+    /// written.
+    pub(crate) fn heartbeat(
+        &self,
+        live_key: &[u8],
+        lifetime_ms: u64,
+        keys: &[Arc<[u8]>],
+    ) -> impl Future<Output = Result<(bool, Vec<i64>), NodeError>> + Send + 'static {
+        let mut cmd = evalsha(&scripts::HEARTBEAT, keys.len(), 2);
+        for key in keys {
+            cmd.arg(&**key);
+        }
+        cmd.arg(live_key).arg(lifetime_ms);
+        let (call, sent) = (script(cmd, &scripts::HEARTBEAT), keys.len());
+        let shared = self.shared.clone();
+        async move {
+            let name = shared.name.clone();
+            let bound = shared.connect_timeout;
+            let reply = match tokio::time::timeout(bound, shared.exchange(&call)).await {
+                Ok(Ok((reply, _))) => reply,
+                Ok(Err(kind)) => return Err(NodeError::new(name, kind)),
+                Err(_) => return Err(NodeError::new(name, NodeErrorKind::Timeout(bound))),
+            };
+            let numbers: Option<Vec<i64>> = match &reply {
+                Value::Array(items) => items
+                    .iter()
+                    .map(|item| match item {
+                        Value::Int(number) => Some(*number),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => None,
+            };
+            match numbers.as_deref() {
+                Some([alive, waits @ ..]) if waits.len() == sent => {
+                    Ok((*alive == 1, waits.to_vec()))
+                }
+                _ => Err(unexpected(name, &reply)),
+            }
+        }
+    }
+
     /// `host:port` of this node.
     pub(crate) fn name(&self) -> &str {
         &self.shared.name

@@ -45,13 +45,23 @@ type Reserved = watch::Sender<u64>;
 /// The listening waiters of one client, by waiter id.
 type Wanted = Arc<Mutex<HashMap<Arc<str>, Reserved>>>;
 
+/// What the client does with a handoff to a waiter of its own that no
+/// longer listens (its call ended, and its leave did not reach that node):
+/// it takes the waiter out of the queue on that node. Arguments: the node's
+/// index, the lock key, the waiter id.
+pub(crate) type Orphaned = Arc<dyn Fn(usize, Arc<[u8]>, Arc<str>) + Send + Sync>;
+
 /// The listeners of one client.
 pub(crate) struct Notifications {
     clients: Vec<Client>,
     /// How long a node's pub/sub connection may take to open.
     connect_timeout: Duration,
-    /// This client's id: the start of each of its waiter ids.
+    /// This client's id: its channel is named after it.
     id: Arc<str>,
+    /// The start of each of its waiter ids (its liveness key and a dot).
+    waiter_prefix: Arc<str>,
+    /// Set once, when the engine is made.
+    orphaned: std::sync::OnceLock<Orphaned>,
     /// The number in the next waiter id.
     next_waiter: AtomicU64,
     wanted: Wanted,
@@ -77,25 +87,46 @@ pub(crate) struct Listening {
 }
 
 impl Notifications {
-    /// The notifications of a client with id `id` (no dot in it) over the
-    /// nodes of `clients`.
-    pub(crate) fn new(clients: Vec<Client>, connect_timeout: Duration, id: Arc<str>) -> Self {
+    /// The notifications of a client with id `id` and liveness key
+    /// `live_key` (see `session.rs`) over the nodes of `clients`.
+    pub(crate) fn new(
+        clients: Vec<Client>,
+        connect_timeout: Duration,
+        id: Arc<str>,
+        live_key: &str,
+    ) -> Self {
         let tasks = clients.iter().map(|_| Mutex::default()).collect();
         Notifications {
             clients,
             connect_timeout,
             id,
+            waiter_prefix: format!("{live_key}.").into(),
+            orphaned: std::sync::OnceLock::new(),
             next_waiter: AtomicU64::new(1),
             wanted: Arc::default(),
             tasks,
         }
     }
 
-    /// A new waiter id: the client id, a dot, a number of this client's.
-    /// Never a token (tokens have no dot).
+    /// A new waiter id: the client's liveness key, a dot, a number of this
+    /// client's. Never a token (tokens have no dot).
     pub(crate) fn new_waiter(&self) -> Arc<str> {
         let number = self.next_waiter.fetch_add(1, Ordering::Relaxed);
-        format!("{}.{number}", self.id).into()
+        format!("{}{number}", self.waiter_prefix).into()
+    }
+
+    /// Sets what the client does with a handoff to a waiter that no longer
+    /// listens (once; later calls change nothing).
+    pub(crate) fn set_orphaned(&self, orphaned: Orphaned) {
+        let _ = self.orphaned.set(orphaned);
+    }
+
+    /// Every listening waiter takes node `index` as possibly reserved for
+    /// it, and so makes a round there (a claim round, which queues it
+    /// again where the lock is not free for it): the node may have lost
+    /// its entry, or a handoff to it.
+    pub(crate) fn possibly_reserved(&self, index: usize) {
+        mark_all(&self.wanted, index);
     }
 
     /// Starts listening for handoffs to `waiter` on every node.
@@ -123,10 +154,14 @@ impl Notifications {
             }
             let (sender, closed) = mpsc::unbounded_channel();
             tasks::spawn(listen_to_node(
-                index,
-                client.clone(),
-                self.connect_timeout,
-                format!("{WAKE_CHANNEL_PREFIX}{}", self.id),
+                Subscription {
+                    index,
+                    client: client.clone(),
+                    connect_timeout: self.connect_timeout,
+                    channel: format!("{WAKE_CHANNEL_PREFIX}{}", self.id),
+                    waiter_prefix: self.waiter_prefix.clone(),
+                    orphaned: self.orphaned.get().cloned(),
+                },
                 self.wanted.clone(),
                 closed,
             ));
@@ -180,23 +215,79 @@ impl Drop for Listening {
     }
 }
 
-/// One node's pub/sub connection (node `index`), subscribed to the client's
-/// `channel`: marks the waiter each message names as reserved by this node,
-/// and reopens the connection when it breaks. Ends when its client is
-/// dropped (`closed` ends).
-async fn listen_to_node(
+/// Every waiter in `wanted` takes node `index` as possibly reserved for it.
+fn mark_all(wanted: &Wanted, index: usize) {
+    let bit = 1u64 << index.min(63);
+    for reserved in lock(wanted).values() {
+        reserved.send_modify(|nodes| *nodes |= bit);
+    }
+}
+
+/// What one node's pub/sub connection is for.
+struct Subscription {
+    /// The node's index.
     index: usize,
     client: Client,
     connect_timeout: Duration,
+    /// The client's channel.
     channel: String,
+    /// The start of the client's waiter ids.
+    waiter_prefix: Arc<str>,
+    /// What to do with a handoff to a waiter that no longer listens.
+    orphaned: Option<Orphaned>,
+}
+
+impl Subscription {
+    /// A handoff message (`<waiter id> <lock key>`): marks the waiter named
+    /// as reserved by this node, or, for a waiter of this client that no
+    /// longer listens, has it leave the queue there.
+    fn deliver(&self, wanted: &Wanted, payload: &[u8]) {
+        let Some((waiter, key)) = split_handoff(payload, &self.waiter_prefix) else {
+            return;
+        };
+        if let Some(reserved) = lock(wanted).get(waiter) {
+            meter::notification_received();
+            reserved.send_modify(|nodes| *nodes |= 1u64 << self.index.min(63));
+            return;
+        }
+        if let Some(orphaned) = &self.orphaned {
+            orphaned(self.index, key.into(), waiter.into());
+        }
+    }
+}
+
+/// The waiter id and the lock key of a handoff message, where the waiter is
+/// one of the client whose waiter ids start with `waiter_prefix`.
+fn split_handoff<'a>(payload: &'a [u8], waiter_prefix: &str) -> Option<(&'a str, &'a [u8])> {
+    let number = payload.strip_prefix(waiter_prefix.as_bytes())?;
+    let digits = number
+        .iter()
+        .take_while(|byte| byte.is_ascii_digit())
+        .count();
+    let (waiter_len, rest) = (waiter_prefix.len() + digits, &number[digits..]);
+    let key = rest.strip_prefix(b" ")?;
+    let waiter = std::str::from_utf8(&payload[..waiter_len]).ok()?;
+    (digits > 0 && !key.is_empty()).then_some((waiter, key))
+}
+
+/// One node's pub/sub connection, subscribed to the client's channel:
+/// delivers each handoff message, and reopens the connection when it
+/// breaks. Ends when its client is dropped (`closed` ends).
+async fn listen_to_node(
+    subscription: Subscription,
     wanted: Wanted,
     mut closed: mpsc::UnboundedReceiver<()>,
 ) {
-    let bit = 1u64 << index.min(63);
+    let Subscription {
+        client,
+        connect_timeout,
+        channel,
+        ..
+    } = &subscription;
     loop {
-        let connected = tokio::time::timeout(connect_timeout, async {
+        let connected = tokio::time::timeout(*connect_timeout, async {
             let mut pubsub = client.get_async_pubsub().await?;
-            pubsub.subscribe(&channel).await?;
+            pubsub.subscribe(channel).await?;
             Ok::<_, redis::RedisError>(pubsub)
         });
         let pubsub = tokio::select! {
@@ -208,9 +299,7 @@ async fn listen_to_node(
             // connection, or between two) are not lost: every waiter takes
             // this node as possibly reserved for it, and its claim round
             // (which queues it again if not) finds out.
-            for reserved in lock(&wanted).values() {
-                reserved.send_modify(|nodes| *nodes |= bit);
-            }
+            mark_all(&wanted, subscription.index);
             let mut messages = pubsub.on_message();
             loop {
                 let message = tokio::select! {
@@ -220,12 +309,7 @@ async fn listen_to_node(
                 let Some(message) = message else {
                     break;
                 };
-                if let Ok(waiter) = message.get_payload::<String>()
-                    && let Some(reserved) = lock(&wanted).get(waiter.as_str())
-                {
-                    meter::notification_received();
-                    reserved.send_modify(|nodes| *nodes |= bit);
-                }
+                subscription.deliver(&wanted, message.get_payload_bytes());
             }
         }
         tokio::select! {

@@ -144,15 +144,28 @@ pub(crate) const CLAIM_GRACE: Duration = Duration::from_millis(5);
 /// then the waiter's id (never a token: tokens are `q` and 32 hex digits).
 pub(crate) const RESERVED_PREFIX: &str = "quorlock-next:";
 
+/// The most queue rounds (joins, claims) one client has in flight at once;
+/// more wait for their turn before they start. A flash sale's thousands of
+/// callers joining at once would otherwise queue thousands of scripts on
+/// each node at one instant, and the last ones would run past the per-node
+/// timeout (and be retried, adding to the load).
+pub(crate) const QUEUE_ROUNDS_IN_FLIGHT: usize = 64;
+
 /// The suffix of the queue's key next to a lock key.
 pub(crate) const QUEUE_SUFFIX: &[u8] = b":quorlock-queue";
-/// The suffix of the waiter-lifetime hash's key next to a lock key.
-pub(crate) const ALIVE_SUFFIX: &[u8] = b":quorlock-alive";
+
+/// How long a queue lives on a node after the last round or check that
+/// touched it: its waiters' clients check it far more often (every
+/// `session::MAX_CHECK`), so only a queue nobody waits on any more expires,
+/// with the entries of dead clients still in it. (The scripts hold the
+/// number; a test checks that they agree.)
+#[cfg(test)]
+pub(crate) const QUEUE_LIFETIME: Duration = Duration::from_secs(60);
 
 /// Whether `key` is one that quorlock keeps beside a lock key (so it must
 /// not be a lock key itself).
 pub(crate) fn is_queue_key(key: &[u8]) -> bool {
-    key.ends_with(QUEUE_SUFFIX) || key.ends_with(ALIVE_SUFFIX)
+    key.ends_with(QUEUE_SUFFIX)
 }
 
 /// The waiter lifetime in whole milliseconds, as the scripts take it.
@@ -248,7 +261,6 @@ mod tests {
     #[test]
     fn queue_keys_are_recognised() {
         assert!(is_queue_key(b"quorlock:stock:quorlock-queue"));
-        assert!(is_queue_key(b"quorlock:stock:quorlock-alive"));
         assert!(!is_queue_key(b"quorlock:stock"));
     }
 

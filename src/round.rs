@@ -31,6 +31,11 @@ impl NodeSet {
         NodeSet(answers.iter().map(|answer| test(answer.as_ref())).collect())
     }
 
+    /// Node `index` alone, of `nodes` nodes.
+    pub(crate) fn only(index: usize, nodes: usize) -> Self {
+        NodeSet((0..nodes).map(|at| at == index).collect())
+    }
+
     /// Whether node `index` is in the set.
     pub(crate) fn contains(&self, index: usize) -> bool {
         self.0.get(index).copied().unwrap_or(false)

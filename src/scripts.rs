@@ -9,53 +9,80 @@ use std::sync::LazyLock;
 use redis::Script;
 
 /// The Lua shared by the scripts that touch the queue of waiters (see
-/// `queue.rs`): the names of the lock key's queue and waiter lifetimes
-/// (derived from the lock key `KEYS[1]`, on the same node), the node's
-/// clock, the queue's first live waiter, handing a free key on to it, and
-/// putting a waiter in the queue.
+/// `queue.rs`): the name of a lock key's queue (beside the lock key, on the
+/// same node), a waiter's client's liveness key and client id (from the
+/// waiter id: the liveness key, a dot and a number), marking a waiting
+/// client live, the queue's first waiter whose client is live (the entries
+/// of dead clients before it are dropped), handing a free key on to it,
+/// settling a free key or a void reservation, and putting a waiter in the
+/// queue.
 macro_rules! queue_lua {
     () => {
         r#"local reserved_prefix = "quorlock-next:"
-local QUEUE = KEYS[1] .. ":quorlock-queue"
-local ALIVE = KEYS[1] .. ":quorlock-alive"
-local clock = nil
-local function now_ms()
-    if not clock then
-        local time = redis.call("time")
-        clock = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-    end
-    return clock
+local queue_lifetime = 60000
+local function queue_of(key)
+    return key .. ":quorlock-queue"
 end
-local function head(queue, alive)
+local function client_of(waiter)
+    return string.match(waiter, "^(.*:(q%x+))%.%d+$")
+end
+local function live(waiter, lifetime)
+    local key = client_of(waiter)
+    if key then
+        redis.call("set", key, "1", "PX", lifetime)
+    end
+end
+local function head(queue)
     while true do
         local first = redis.call("zrange", queue, 0, 0)[1]
         if not first then
             return nil, 0
         end
-        local until_ms = tonumber(redis.call("hget", alive, first) or "0")
-        if until_ms > now_ms() then
-            return first, until_ms
+        local key = client_of(first)
+        if key then
+            local left = redis.call("pttl", key)
+            if left > 0 then
+                return first, left
+            end
         end
         redis.call("zrem", queue, first)
-        redis.call("hdel", alive, first)
     end
 end
-local function reserve(key, first, until_ms)
-    redis.call("set", key, reserved_prefix .. first, "PX", string.format("%d", until_ms - now_ms()))
-    local client = string.match(first, "^([^.]+)%.")
-    if client then
-        redis.call("publish", "quorlock-wake:" .. client, first)
-    end
+local function reserve(key, first, left)
+    redis.call("set", key, reserved_prefix .. first, "PX", left)
+    local _, client = client_of(first)
+    redis.call("publish", "quorlock-wake:" .. client, first .. " " .. key)
 end
-local function hand_on(key, queue, alive)
-    local first, until_ms = head(queue, alive)
+local function hand_on(key, queue)
+    local first, left = head(queue)
     if first then
-        reserve(key, first, until_ms)
+        reserve(key, first, left)
     else
         redis.call("del", key)
     end
 end
-local function enqueue(queue, alive, waiter, ticket, lifetime)
+local function is_reservation(value)
+    return value and string.sub(value, 1, #reserved_prefix) == reserved_prefix
+end
+local function settle(key, queue)
+    local value = redis.call("get", key)
+    if value and not is_reservation(value) then
+        return value
+    end
+    local first, left = head(queue)
+    if value and string.sub(value, #reserved_prefix + 1) == first then
+        return value
+    end
+    if first then
+        reserve(key, first, left)
+        return reserved_prefix .. first
+    end
+    if value then
+        redis.call("del", key)
+    end
+    return nil
+end
+local function enqueue(queue, waiter, ticket)
     if ticket <= 0 then
         local existing = redis.call("zscore", queue, waiter)
         if existing then
@@ -66,13 +93,19 @@ local function enqueue(queue, alive, waiter, ticket, lifetime)
         end
     end
     redis.call("zadd", queue, string.format("%d", ticket), waiter)
-    redis.call("hset", alive, waiter, string.format("%d", now_ms() + lifetime))
-    for _, name in ipairs({queue, alive}) do
-        if redis.call("pttl", name) < lifetime then
-            redis.call("pexpire", name, lifetime)
-        end
+    if redis.call("pttl", queue) < queue_lifetime then
+        redis.call("pexpire", queue, queue_lifetime)
     end
     return ticket
+end
+local function markable(value)
+    return value and #value == 33 and string.find(value, "^q%x+$") ~= nil
+end
+local function mark(key, value)
+    local pttl = redis.call("pttl", key)
+    if pttl > 0 then
+        redis.call("set", key, value .. "+", "PX", pttl)
+    end
 end
 "#
     };
@@ -97,39 +130,35 @@ end
 }
 
 /// Takes the lock for a waiter in the queue, or queues it. `KEYS`: the lock
-/// key and, with fencing on, the fencing counter; beside the lock key live
-/// its queue (a sorted set of waiter ids by ticket) and its waiters'
-/// lifetimes (a hash of node-clock milliseconds). `ARGV`: token, TTL in ms,
-/// waiter id, ticket (0: join at the back), waiter lifetime in ms.
+/// key and, with fencing on, the fencing counter; beside the lock key lives
+/// its queue (a sorted set of waiter ids by ticket; an entry is live while
+/// its client's liveness key exists). `ARGV`: token, TTL in ms, waiter id,
+/// ticket (0: join at the back), the client's liveness lifetime in ms.
 ///
-/// Sets the key (`SET PX`) only when it is absent and the waiter is the
-/// queue's first live entry (or the queue is empty), or when it holds this
-/// waiter's reservation; a reservation for a waiter that is no longer first
-/// is void and passes to the first. Granted: `{1, counter}` (the incremented
-/// fencing counter, seeded from `TIME` when never seeded: missing, or below
-/// 2^40 after an `INCR` on a node that lost it; or 0 without fencing),
-/// and the waiter leaves the queue; the token is set marked (`+`) when
-/// others are still queued. Otherwise the waiter is put in the queue (or
-/// refreshed there) under its ticket: `{0, ticket}`, and a quorlock holder's
-/// unmarked token is marked, keeping its TTL. A key of another type fails
-/// with `WRONGTYPE`.
+/// First marks the waiter's client live (this round proves it). Sets the
+/// key (`SET PX`) only when it is absent and the waiter is the queue's
+/// first live entry (or the queue is empty), or when it holds this
+/// waiter's reservation; a reservation for a waiter that is no longer
+/// first is void. Granted: `{1, counter}` (the incremented fencing counter,
+/// seeded from `TIME` when never seeded: missing, or below 2^40 after an
+/// `INCR` on a node that lost it; or 0 without fencing), and the waiter
+/// leaves the queue; the token is set marked (`+`) when others are still
+/// queued. Otherwise the waiter is put in the queue (or kept there) under
+/// its ticket: `{0, ticket}`; a free key (or a void reservation) is handed
+/// on to the first live waiter, and a quorlock holder's unmarked token is
+/// marked, keeping its TTL. A key of another type fails with `WRONGTYPE`.
 pub(crate) static WAIT: LazyLock<Script> = LazyLock::new(|| Script::new(WAIT_CODE));
 const WAIT_CODE: &str = concat!(
     queue_lua!(),
     counter_lua!(),
-    r#"local function markable(value)
-    return value and #value == 33 and string.find(value, "^q%x+$") ~= nil
-end
-local value = redis.call("get", KEYS[1])
+    r#"local QUEUE = queue_of(KEYS[1])
 local waiter = ARGV[3]
-local first, until_ms = head(QUEUE, ALIVE)
-if value and string.sub(value, 1, #reserved_prefix) == reserved_prefix
-    and string.sub(value, #reserved_prefix + 1) ~= first then
-    if first and first ~= waiter then
-        reserve(KEYS[1], first, until_ms)
-        value = reserved_prefix .. first
-    else
-        redis.call("del", KEYS[1])
+live(waiter, ARGV[5])
+local value = redis.call("get", KEYS[1])
+local first, left = nil, 0
+if not value or is_reservation(value) then
+    first, left = head(QUEUE)
+    if value and string.sub(value, #reserved_prefix + 1) ~= first then
         value = nil
     end
 end
@@ -137,7 +166,6 @@ if (not value and (not first or first == waiter)) or value == reserved_prefix ..
     local token = ARGV[1]
     if first then
         redis.call("zrem", QUEUE, waiter)
-        redis.call("hdel", ALIVE, waiter)
         if redis.call("exists", QUEUE) == 1 then
             token = token .. "+"
         end
@@ -148,28 +176,28 @@ if (not value and (not first or first == waiter)) or value == reserved_prefix ..
     end
     return {1, 0}
 end
-if markable(value) then
-    local pttl = redis.call("pttl", KEYS[1])
-    if pttl > 0 then
-        redis.call("set", KEYS[1], value .. "+", "PX", pttl)
-    end
+if not value then
+    reserve(KEYS[1], first, left)
+elseif markable(value) then
+    mark(KEYS[1], value)
 end
-return {0, enqueue(QUEUE, ALIVE, waiter, tonumber(ARGV[4]), tonumber(ARGV[5]))}"#
+return {0, enqueue(QUEUE, waiter, tonumber(ARGV[4]))}"#
 );
 
-/// Gives up our hold on `KEYS[1]` (the lock key, beside which live its queue
-/// and waiter lifetimes): only while the key holds our token `ARGV[1]`,
-/// it hands the key on to the queue's first live waiter (a reservation that
-/// lives as long as that waiter's entry, published with the waiter id as
-/// message on the channel of the waiter's client, `quorlock-wake:` and the
-/// waiter id up to its dot), or deletes it when nobody waits. Returns 1 when the key held our token, 0 otherwise.
+/// Gives up our hold on `KEYS[1]` (the lock key, beside which lives its
+/// queue): only while the key holds our token `ARGV[1]`, it hands the key
+/// on to the queue's first live waiter (a reservation that lives as long as
+/// that waiter's client's liveness key, published on the channel of the
+/// waiter's client, `quorlock-wake:` and the client id, with the waiter id,
+/// a space and the lock key as message), or deletes it when nobody waits.
+/// Returns 1 when the key held our token, 0 otherwise.
 ///
 /// With a waiter id `ARGV[2]` and `ARGV[3]`: a ticket `>= 0` (the cleanup of
 /// a lost round) first puts the waiter back in the queue under that ticket
-/// (0: at the back) when the key held our token, so that it keeps its place;
-/// `-1` (the waiter leaves: it gave up, was cancelled or won) removes the
-/// waiter from the queue and also hands on a reservation made for it.
-/// `ARGV[4]`: the waiter lifetime in ms.
+/// (0: at the back) when the key held our token, so that it keeps its place,
+/// and marks its client live for `ARGV[4]` ms; `-1` (the waiter leaves: it
+/// gave up, was cancelled or won) removes the waiter from the queue and also
+/// hands on a reservation made for it.
 ///
 /// The key may hold our token marked (`ARGV[1]` and `+`: waiters are queued
 /// behind us, see `queue.rs`); the release of our unmarked token (nobody
@@ -189,21 +217,22 @@ if not ARGV[2] then
 end
 "#,
     queue_lua!(),
-    r#"local held = value == ARGV[1] or value == ARGV[1] .. "+"
+    r#"local QUEUE = queue_of(KEYS[1])
+local held = value == ARGV[1] or value == ARGV[1] .. "+"
 local ours = held
 local waiter = ARGV[2]
 if waiter then
     local ticket = tonumber(ARGV[3])
     if ticket < 0 then
         redis.call("zrem", QUEUE, waiter)
-        redis.call("hdel", ALIVE, waiter)
         ours = ours or value == reserved_prefix .. waiter
     elseif ours then
-        enqueue(QUEUE, ALIVE, waiter, ticket, tonumber(ARGV[4]))
+        live(waiter, ARGV[4])
+        enqueue(QUEUE, waiter, ticket)
     end
 end
 if ours then
-    hand_on(KEYS[1], QUEUE, ALIVE)
+    hand_on(KEYS[1], QUEUE)
 end
 if held then
     return 1
@@ -276,7 +305,7 @@ for _, key in ipairs(KEYS) do
         redis.call("del", key)
         held = held + 1
     elseif value == ARGV[1] .. "+" then
-        hand_on(key, key .. ":quorlock-queue", key .. ":quorlock-alive")
+        hand_on(key, queue_of(key))
         held = held + 1
     end
 end
@@ -284,6 +313,46 @@ if held == #KEYS then
     return 1
 end
 return 0"#
+);
+
+/// A client's heartbeat on one node (see `session.rs`): keeps the client's
+/// liveness key `ARGV[1]` for `ARGV[2]` ms (the entries of its waiters live
+/// while it does), and checks each lock key in `KEYS` that the client waits
+/// on: a free key or a void reservation is handed on to the queue's first
+/// live waiter (as a release hands it on), an unmarked quorlock holder with
+/// waiters queued is marked (so that its release hands on), and the queue
+/// lives on. Returns `{alive, wait...}`: `alive` 1 when the liveness key
+/// was still there (0: the node lost it or it expired, and the client's
+/// entries there may be gone), then per key how long, in ms, nothing there
+/// needs a look: the `PTTL` of a quorlock holder or a reservation (their
+/// release or claim notifies, their expiry does not), 0 for a foreign
+/// holder (its release notifies nobody) or a key free with nobody queued.
+pub(crate) static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| Script::new(HEARTBEAT_CODE));
+const HEARTBEAT_CODE: &str = concat!(
+    queue_lua!(),
+    r#"local alive = redis.call("pexpire", ARGV[1], ARGV[2])
+if alive == 0 then
+    redis.call("set", ARGV[1], "1", "PX", ARGV[2])
+end
+local checks = {alive}
+for _, key in ipairs(KEYS) do
+    local queue = queue_of(key)
+    local value = settle(key, queue)
+    local wait = 0
+    local queued = redis.call("pttl", queue)
+    if markable(value) or is_reservation(value) or (value and #value == 34
+        and string.find(value, "^q%x+%+$")) then
+        if markable(value) and queued ~= -2 then
+            mark(key, value)
+        end
+        wait = redis.call("pttl", key)
+    end
+    if queued ~= -2 and queued < queue_lifetime then
+        redis.call("pexpire", queue, queue_lifetime)
+    end
+    checks[#checks + 1] = wait
+end
+return checks"#
 );
 
 /// The Lua of the read-write lock's scripts: `clock_ms()`, the node's clock
@@ -457,9 +526,10 @@ pub(crate) fn for_client(fencing: bool) -> &'static [&'static str] {
 }
 
 /// Every script a client may run by `EVALSHA`, the fencing scripts last.
-const CLIENT_SCRIPTS: [&str; 12] = [
+const CLIENT_SCRIPTS: [&str; 13] = [
     WAIT_CODE,
     RELEASE_CODE,
+    HEARTBEAT_CODE,
     EXTEND_CODE,
     ACQUIRE_ALL_CODE,
     EXTEND_ALL_CODE,
@@ -528,9 +598,12 @@ mod tests {
 
     #[test]
     fn the_scripts_name_the_queue_keys_as_the_client_refuses_them() {
-        for suffix in [crate::queue::QUEUE_SUFFIX, crate::queue::ALIVE_SUFFIX] {
-            let named = format!("KEYS[1] .. \"{}\"", String::from_utf8_lossy(suffix));
-            assert!(WAIT_CODE.contains(&named) && RELEASE_CODE.contains(&named));
+        let suffix = String::from_utf8_lossy(crate::queue::QUEUE_SUFFIX);
+        let named = format!("return key .. \"{suffix}\"");
+        for code in [WAIT_CODE, RELEASE_CODE, RELEASE_ALL_CODE, HEARTBEAT_CODE] {
+            assert!(code.contains(&named));
         }
+        let lifetime = crate::queue::QUEUE_LIFETIME.as_millis();
+        assert!(WAIT_CODE.contains(&format!("local queue_lifetime = {lifetime}\n")));
     }
 }

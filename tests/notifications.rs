@@ -199,8 +199,19 @@ async fn a_handoff_reaches_only_the_waiters_client() {
         2,
         "one handoff message per waiter: {messages:?}"
     );
-    for (channel, waiter, listeners) in &messages {
-        let client = waiter.split('.').next().unwrap_or_default();
+    for (channel, payload, listeners) in &messages {
+        // `<waiter id> <lock key>`; a waiter id is its client's liveness key
+        // (`<prefix>quorlock-client:<client id>`), a dot and a number.
+        let (waiter, key) = payload.split_once(' ').unwrap_or_default();
+        assert_eq!(
+            key.as_bytes(),
+            &holder.key(resource).unwrap()[..],
+            "{payload}"
+        );
+        let client = waiter
+            .split_once("quorlock-client:")
+            .and_then(|(_, rest)| rest.split('.').next())
+            .unwrap_or_default();
         assert_eq!(
             channel,
             &format!("quorlock-wake:{client}"),

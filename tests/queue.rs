@@ -297,12 +297,13 @@ async fn lock_under_continuous_contention_waits_its_whole_patience() {
     wait_queued(&nodes, &[0, 1, 2], &redlock, "queue:patience", 0).await;
 }
 
-/// Locking a resource whose key would be another lock's queue is refused.
+/// Locking a resource whose key would be another lock's queue, or a
+/// client's liveness key, is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_keys_are_not_resources() {
     let nodes = servers(1);
     let redlock = builder(&nodes).build().unwrap();
-    for resource in ["stock:quorlock-queue", "stock:quorlock-alive"] {
+    for resource in ["stock:quorlock-queue", "quorlock-client:q0123"] {
         let err = redlock.try_lock(resource, TTL).await.unwrap_err();
         assert!(
             matches!(err, quorlock::Error::InvalidResource { .. }),

@@ -36,6 +36,8 @@ pub struct Sale {
     pub node_commands: u64,
     /// Node 0's CPU (user + system) during the sale.
     pub node_cpu: Duration,
+    /// Node 0's calls per command during the sale.
+    pub node_calls: std::collections::BTreeMap<String, u64>,
 }
 
 impl Sale {
@@ -86,7 +88,11 @@ pub fn run(
         .map(|_| {
             Command::new(exe)
                 .arg(flag)
-                .args([&tasks.to_string(), &patience.as_millis().to_string(), &start_ms])
+                .args([
+                    &tasks.to_string(),
+                    &patience.as_millis().to_string(),
+                    &start_ms,
+                ])
                 .arg(checker.url())
                 .args(&urls)
                 .stdout(Stdio::piped())
@@ -94,7 +100,9 @@ pub fn run(
         })
         .collect::<Result<_, _>>()?;
     // Stats from just before the start: the workers' first contact is not the sale's.
-    let until_start = start_at.duration_since(SystemTime::now()).unwrap_or_default();
+    let until_start = start_at
+        .duration_since(SystemTime::now())
+        .unwrap_or_default();
     std::thread::sleep(until_start.saturating_sub(Duration::from_millis(50)));
     super::reset_stats(&nodes[..1]);
     let cpu_before = node_cpu(&nodes[0]);
@@ -113,9 +121,14 @@ pub fn run(
         sale.overlaps += overlaps;
         sale.elapsed = sale.elapsed.max(Duration::from_micros(elapsed_us));
         let waits = lines.next().unwrap_or_default().split_whitespace();
-        sale.waits.extend(waits.filter_map(|us| us.parse().ok()).map(Duration::from_micros));
+        sale.waits.extend(
+            waits
+                .filter_map(|us| us.parse().ok())
+                .map(Duration::from_micros),
+        );
     }
-    sale.node_commands = super::command_calls(&nodes[..1]).values().sum();
+    sale.node_calls = super::command_calls(&nodes[..1]);
+    sale.node_commands = sale.node_calls.values().sum();
     sale.node_cpu = node_cpu(&nodes[0]).saturating_sub(cpu_before);
     Ok(sale)
 }
@@ -152,7 +165,9 @@ pub async fn worker_main(args: &[String]) -> Result<(), AnyError> {
         .await?;
     // First contact before the sale.
     redlock.lock("sale:warm-up", TTL).await?.unlock().await?;
-    let until = start_at.duration_since(SystemTime::now()).unwrap_or_default();
+    let until = start_at
+        .duration_since(SystemTime::now())
+        .unwrap_or_default();
     tokio::time::sleep(until).await;
     let started = Instant::now();
     let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);

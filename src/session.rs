@@ -1,0 +1,295 @@
+//! A client's session on the nodes: what keeps its waiters' places in the
+//! queues alive, at a cost per client, not per waiter (as a ZooKeeper
+//! session keeps all of a client's ephemeral nodes, or an etcd lease many
+//! keys, with one heartbeat).
+//!
+//! Each client has a *liveness key* on every node,
+//! `<key prefix>quorlock-client:<client id>`, and every waiter id starts
+//! with it (the liveness key, a dot, a number). An entry in a queue is live
+//! while its client's liveness key exists on that node (see `queue.rs`).
+//! While any of the client's `lock` calls waits in a queue, one heartbeat
+//! loop per node keeps the key for [`WAITER_LIFETIME`], renewing it every
+//! [`REFRESH_INTERVAL`]; every queue round of the client renews it too. So a
+//! client that dies (SIGKILL, a lost machine, a partition) stops blocking
+//! the waiters behind its own within `WAITER_LIFETIME` of its last
+//! heartbeat, however many waiters it had: the first script that looks at
+//! the queue after that drops all of its entries before the first live one.
+//!
+//! # Checks: who notices what nobody announces
+//!
+//! Waiters do not poll. A release hands the key on to the first live waiter
+//! and notifies it (`notify.rs`); what no release announces is seen by the
+//! heartbeat, which also *checks* the lock keys the client waits on: a key
+//! that expired (its holder died), a reservation that expired (the waiter it
+//! was for died, or did not claim in time), a key deleted by a client that
+//! knows nothing of the queue, an unmarked holder that would release without
+//! handing on. A check settles the key as a release would (a free key or a
+//! void reservation goes to the queue's first live waiter, with a
+//! notification) and says how long nothing there needs a look: the `PTTL`
+//! of a quorlock holder or a reservation (their release or claim notifies,
+//! their expiry does not), or nothing for a foreign holder. A key is checked
+//! again then, at least every [`REFRESH_INTERVAL`] and at most every
+//! [`MAX_CHECK`]. A heartbeat call carries up to [`CHECK_BATCH`] keys.
+//!
+//! A node that lost the liveness key (restarted, or it expired while the
+//! client was cut off or stalled) may have dropped the client's entries:
+//! every waiter of the client then makes a round there as if that node had
+//! handed it the lock (a claim round, which queues it again under its
+//! ticket when the lock is not free for it).
+//!
+//! # Cost
+//!
+//! Per client and node, one heartbeat call every `REFRESH_INTERVAL` while it
+//! has waiters, plus one check per lock key it waits on every `MAX_CHECK`
+//! at most: nothing per waiter. Joining, claiming and leaving stay one
+//! round each per waiter; they are the hand-overs themselves.
+//!
+//! # Safety
+//!
+//! Nothing here grants a lock or sets a key over a token: a check hands a
+//! *free* key (or a reservation nobody may claim) on as a reservation, which
+//! is not a token and only withholds, and marks a holder's token, which
+//! changes no holder (`queue.rs` has both arguments). A liveness key only
+//! decides which waiter is first; mutual exclusion rests on the quorum.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::node::Node;
+use crate::notify::Notifications;
+use crate::queue::{REFRESH_INTERVAL, lifetime_ms};
+use crate::tasks;
+
+/// The longest a client goes without checking a lock key it waits on.
+pub(crate) const MAX_CHECK: Duration = Duration::from_secs(2);
+
+/// The most lock keys one heartbeat call checks; more go in several calls.
+pub(crate) const CHECK_BATCH: usize = 256;
+
+/// What follows the key prefix in a client's liveness key; the client id
+/// follows. A resource whose key would start so is refused.
+pub(crate) const CLIENT_KEY_INFIX: &str = "quorlock-client:";
+
+/// One client's session: its liveness key and the lock keys its waiters
+/// wait on.
+pub(crate) struct Session {
+    /// The liveness key (UTF-8: it starts every waiter id).
+    live_key: Arc<str>,
+    nodes: Arc<[Node]>,
+    notifications: Arc<Notifications>,
+    watched: Mutex<Watched>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("live_key", &self.live_key)
+            .finish()
+    }
+}
+
+/// The keys waited on, and which nodes' heartbeat loops run.
+struct Watched {
+    keys: HashMap<Arc<[u8]>, Watch>,
+    running: Vec<bool>,
+}
+
+/// One lock key waited on.
+struct Watch {
+    /// How many of the client's calls wait on it.
+    waiters: usize,
+    /// When each node's heartbeat checks it next.
+    check_at: Vec<Instant>,
+}
+
+/// A waiting call's interest in its lock key: dropped, the call no longer
+/// waits there.
+pub(crate) struct Watching {
+    session: Arc<Session>,
+    key: Arc<[u8]>,
+}
+
+impl Session {
+    /// The session of the client whose liveness key is `live_key`, on `nodes`.
+    pub(crate) fn new(
+        live_key: Arc<str>,
+        nodes: Arc<[Node]>,
+        notifications: Arc<Notifications>,
+    ) -> Arc<Self> {
+        let running = vec![false; nodes.len()];
+        Arc::new(Session {
+            live_key,
+            nodes,
+            notifications,
+            watched: Mutex::new(Watched {
+                keys: HashMap::new(),
+                running,
+            }),
+        })
+    }
+
+    /// The liveness key of the client whose key prefix is `prefix` and id
+    /// `id` (a prefix that is not UTF-8 is written lossily).
+    pub(crate) fn live_key_of(prefix: &[u8], id: &str) -> Arc<str> {
+        format!("{}{CLIENT_KEY_INFIX}{id}", String::from_utf8_lossy(prefix)).into()
+    }
+
+    /// A call starts waiting on `key`: the heartbeat runs (on every node)
+    /// and checks `key` from its next beat on.
+    pub(crate) fn watch(self: &Arc<Self>, key: &Arc<[u8]>) -> Watching {
+        let mut watched = tasks::lock(&self.watched);
+        let first_check = Instant::now() + REFRESH_INTERVAL;
+        let nodes = self.nodes.len();
+        let watch = watched.keys.entry(key.clone()).or_insert_with(|| Watch {
+            waiters: 0,
+            check_at: vec![first_check; nodes],
+        });
+        watch.waiters += 1;
+        if tasks::has_runtime() {
+            for index in 0..nodes {
+                if !watched.running[index] {
+                    watched.running[index] = tasks::spawn(beat(self.clone(), index));
+                }
+            }
+        }
+        Watching {
+            session: self.clone(),
+            key: key.clone(),
+        }
+    }
+
+    /// The keys node `index` checks now (due at `now`), or `None` when
+    /// nothing is waited on any more: the node's loop ends (and is marked
+    /// so under the same lock that starts it).
+    fn due(&self, index: usize, now: Instant) -> Option<Vec<Arc<[u8]>>> {
+        let mut watched = tasks::lock(&self.watched);
+        if watched.keys.is_empty() {
+            watched.running[index] = false;
+            return None;
+        }
+        let due = watched
+            .keys
+            .iter()
+            .filter(|(_, watch)| watch.check_at[index] <= now);
+        Some(due.map(|(key, _)| key.clone()).collect())
+    }
+
+    /// Schedules node `index`'s next check of `keys`, which nothing needs
+    /// for `waits` ms each (as the heartbeat said; `None`: it did not
+    /// answer, check again at the next beat).
+    fn schedule(&self, index: usize, keys: &[Arc<[u8]>], waits: Option<&[i64]>) {
+        let now = Instant::now();
+        let mut watched = tasks::lock(&self.watched);
+        for (at, key) in keys.iter().enumerate() {
+            let Some(watch) = watched.keys.get_mut(key) else {
+                continue;
+            };
+            let wait = waits
+                .and_then(|waits| waits.get(at))
+                .map_or(Duration::ZERO, |&ms| {
+                    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+                });
+            watch.check_at[index] = now + wait.clamp(REFRESH_INTERVAL, MAX_CHECK);
+        }
+    }
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        let mut watched = tasks::lock(&self.session.watched);
+        if let Some(watch) = watched.keys.get_mut(&self.key) {
+            watch.waiters = watch.waiters.saturating_sub(1);
+            if watch.waiters == 0 {
+                watched.keys.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// Node `index`'s heartbeat loop: every [`REFRESH_INTERVAL`], the
+/// liveness key and the checks that are due; ends once nothing is waited
+/// on. A node that had lost the liveness key gets a round from every
+/// waiter of the client.
+async fn beat(session: Arc<Session>, index: usize) {
+    let mut ticks = tokio::time::interval(REFRESH_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is at once: the call that started the loop has just
+    // made (or is making) a round, which keeps the key.
+    ticks.tick().await;
+    let mut running = Running {
+        session: session.clone(),
+        index,
+        ended: false,
+    };
+    let live_key = session.live_key.as_bytes();
+    loop {
+        ticks.tick().await;
+        let Some(due) = session.due(index, Instant::now()) else {
+            running.ended = true;
+            return;
+        };
+        let node = &session.nodes[index];
+        let mut lost = false;
+        // At least one call, which keeps the liveness key.
+        let chunks = due
+            .chunks(CHECK_BATCH)
+            .chain(due.is_empty().then_some(&due[..]));
+        for keys in chunks {
+            match node.heartbeat(live_key, lifetime_ms(), keys).await {
+                Ok((alive, waits)) => {
+                    lost |= !alive;
+                    session.schedule(index, keys, Some(&waits));
+                }
+                Err(err) => {
+                    tracing::trace!(node = node.name(), error = %err, "heartbeat failed");
+                    session.schedule(index, keys, None);
+                }
+            }
+        }
+        if lost {
+            tracing::debug!(
+                node = node.name(),
+                "the node had lost this client's liveness key: its waiters make a round there"
+            );
+            session.notifications.possibly_reserved(index);
+        }
+    }
+}
+
+/// A node's heartbeat loop while it runs: dropped without having ended by
+/// itself (its runtime shut down), it marks the loop not running, so that
+/// the next waiting call starts another.
+struct Running {
+    session: Arc<Session>,
+    index: usize,
+    /// Ended by itself ([`Session::due`] marked it not running).
+    ended: bool,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.ended {
+            tasks::lock(&self.session.watched).running[self.index] = false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_is_checked_well_within_its_lifetime() {
+        use crate::queue::{QUEUE_LIFETIME, WAITER_LIFETIME};
+        assert!(REFRESH_INTERVAL * 3 < WAITER_LIFETIME);
+        assert!(REFRESH_INTERVAL < MAX_CHECK);
+        assert!(MAX_CHECK * 10 < QUEUE_LIFETIME);
+    }
+
+    #[test]
+    fn the_liveness_key_is_the_prefix_the_infix_and_the_id() {
+        let key = Session::live_key_of(b"orders:", "q0123");
+        assert_eq!(&*key, "orders:quorlock-client:q0123");
+    }
+}
