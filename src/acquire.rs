@@ -703,8 +703,8 @@ impl Waiting {
 
     /// The waiter id, listening (with notifications on) for handoffs to it
     /// from before its first round in the queue: one that came between
-    /// that round's answer and a later start would be missed until the
-    /// next refresh round.
+    /// that round's answer and a later start would be missed until its
+    /// reservation expired and a check handed the key on again.
     fn join(&mut self) -> &Arc<str> {
         if self.listening.is_none() && self.engine.config.release_notifications {
             let waiter = self.id().clone();

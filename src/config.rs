@@ -208,8 +208,9 @@ impl RedlockBuilder {
     /// with the defaults), however often it is woken meanwhile; with an
     /// [`acquire_timeout`](Self::acquire_timeout) too, the shorter of the
     /// two. Rounds are not counted: a waiting call makes one whenever the
-    /// lock is handed to it, and a refresh round every
-    /// [`Redlock::REFRESH_INTERVAL`](crate::Redlock::REFRESH_INTERVAL).
+    /// lock is handed to it (with notifications off, one every
+    /// [`Redlock::REFRESH_INTERVAL`](crate::Redlock::REFRESH_INTERVAL) at
+    /// most).
     ///
     /// Default: 10 ([`DEFAULT_RETRY_COUNT`](Self::DEFAULT_RETRY_COUNT)); with an acquire timeout set and
     /// no retry count, the timeout alone bounds the wait. Zero makes `lock`
@@ -324,9 +325,11 @@ impl RedlockBuilder {
     /// Whether a waiting `lock` call listens for the release that hands the
     /// lock on to it (pub/sub on each node, one connection per node and
     /// client) and claims it at once. Handoffs are published either way.
-    /// Default: on. Off, a waiter learns of its turn at its next refresh
-    /// round: after its jittered retry delay, or
-    /// [`Redlock::REFRESH_INTERVAL`](crate::Redlock::REFRESH_INTERVAL) if that is shorter.
+    /// Default: on. Off, a waiter learns of its turn at its next round, which
+    /// it makes after its jittered retry delay, or
+    /// [`Redlock::REFRESH_INTERVAL`](crate::Redlock::REFRESH_INTERVAL) if
+    /// that is shorter: a round per waiter, a cost on the nodes that grows
+    /// with the waiters (on, waiting costs nothing per waiter).
     pub fn release_notifications(mut self, on: bool) -> Self {
         self.config.release_notifications = on;
         self

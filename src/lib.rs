@@ -47,7 +47,9 @@
 //!    ([`NotCounted`]: unchecked, unresponsive, recovering from a restart)
 //!    and the check every connection passes, with the restart safety
 //!    argument; `scripts.rs`: the Lua.
-//! 9. `queue.rs`: the queue of waiters on the nodes (fairness across
+//! 9. `session.rs`: the client's liveness on the nodes, whose heartbeat
+//!    keeps all its waiters' places and checks the keys they wait on;
+//!    `queue.rs`: the queue of waiters on the nodes (fairness across
 //!    processes), with its safety argument; `notify.rs`: the handoff
 //!    notifications that wake the next waiter.
 //! 10. At the bottom, used by all: `answer.rs` (a node's answer,
@@ -135,9 +137,13 @@
 //! reservation and publishes its id on that waiter's client's own channel
 //! (only its process hears it). The queue only ever withholds a grant:
 //! no node ever sets the key over another token, so mutual exclusion rests
-//! on the quorum as before. A waiter that dies stops blocking the others
-//! within [`Redlock::WAITER_LIFETIME`]; one whose `lock` future is dropped leaves at
-//! once. `queue.rs` has the mechanism and its safety and liveness argument.
+//! on the quorum as before. Waiting costs the nodes nothing per waiter: an
+//! entry lives while its *client* does, kept by one heartbeat per client
+//! and node (`session.rs`), so a flash sale of thousands of waiters is
+//! served at the pace of a few. A client that dies stops blocking the
+//! others within [`Redlock::WAITER_LIFETIME`] and a check; a `lock` future
+//! that is dropped leaves at once. `queue.rs` has the mechanism and its
+//! safety and liveness argument.
 //!
 //! A `lock` call's **patience** is time: it gives up once
 //! `retry_count × retry_delay` has passed since the call (2 s with the

@@ -1,15 +1,20 @@
 //! Handoff notifications across clients: when a release hands a lock key on
 //! to the first waiter in a node's queue (see `queue.rs`), the script
 //! publishes that waiter's id on the channel of the waiter's *client*,
-//! `quorlock-wake:<client id>` (a waiter id is its client's id, a dot and a
-//! number). So a handoff reaches one connection per node, that of the
+//! `quorlock-wake:<client id>` (a waiter id starts with its client's
+//! liveness key, which ends with the client id; see `session.rs`), as
+//! `<waiter id> <lock key>`. So a handoff reaches one connection per node, that of the
 //! process whose waiter it is: no process is woken for another's waiter, however
 //! many clients wait. The client wakes only the waiter named, noting which
 //! nodes reserved the key for it: it claims from the first, sending each
 //! node its claim as soon as that node told it. A
 //! notification that is missed (the subscription not yet in place, a
-//! connection lost) costs only time: the waiter's refresh round also claims
-//! a lock reserved for it.
+//! connection lost) costs only time: the reservation expires with the
+//! waiter's client's liveness key at the latest, and a check of the
+//! client's heartbeat hands the key on again, with a new notification. A
+//! handoff to a waiter of this client that no longer listens (its call
+//! ended but its leave did not reach that node) makes the client take that
+//! waiter out of the queue there.
 //!
 //! Each node gets one pub/sub connection per client, opened by a background
 //! task the first time one of the client's calls waits, subscribed to the
@@ -17,7 +22,7 @@
 //! dropped. A waiter listens from before its first round in the queue, and
 //! once a connection is (re)subscribed every listening waiter counts that
 //! node as possibly reserved for it, so a handoff published while nobody
-//! listened costs one claim round, not a refresh interval.
+//! listened costs one claim round, not a wait for the reservation to expire.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -64,13 +64,18 @@ impl Redlock {
     /// meanwhile.
     pub const MAX_RESOURCES: usize = engine::MAX_RESOURCES;
 
-    /// How long a waiter's place in the queue outlives its last round
-    /// (see `queue.rs`): a waiter that died stops blocking the others
-    /// within this time.
+    /// How long a client's liveness key on a node outlives its last
+    /// heartbeat (see `session.rs`): the places of a client's waiters in the
+    /// queues live while it does, so a client that died, with however many
+    /// waiters, stops blocking the others within this time (and the check
+    /// that follows it).
     pub const WAITER_LIFETIME: Duration = queue::WAITER_LIFETIME;
 
-    /// How often a waiting `lock` call makes a round to keep its place in
-    /// the queue (and to claim the lock should a handoff notice be lost).
+    /// How often a client with waiting `lock` calls renews its liveness key
+    /// on each node (one heartbeat per client, not per waiter), and the
+    /// shortest time between its checks of a key its waiters wait on; with
+    /// [`release_notifications`](crate::RedlockBuilder::release_notifications)
+    /// off, also how often a waiting call makes a round.
     pub const REFRESH_INTERVAL: Duration = queue::REFRESH_INTERVAL;
 
     /// What follows the key prefix in the key of each node's *record*: a set

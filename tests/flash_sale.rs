@@ -175,64 +175,24 @@ fn thousands_of_waiters_on_distinct_resources_released_at_once_all_acquire(
     const RESOURCES: usize = 5_000;
     let servers = support::servers(3);
     runtime.block_on(async {
-        let holder = support::builder(&servers).build()?;
         let waiter = support::builder(&servers)
             .acquire_timeout(Duration::from_secs(10))
             .build()?;
-        support::lock_once(&waiter, "sale:warm-up", TTL).await;
-        let names: Vec<String> = (0..RESOURCES).map(|n| format!("sale:many-{n}")).collect();
-        let mut guards = Vec::new();
-        for name in &names {
-            guards.push(holder.lock(name, TTL).await?);
-        }
-        let calls: Vec<_> = names
-            .iter()
-            .map(|name| {
-                let (waiter, name) = (waiter.clone(), name.clone());
-                tokio::spawn(async move { waiter.lock(&name, TTL).await.map(|_| Instant::now()) })
-            })
-            .collect();
-        let last = names.last().map(String::as_str).unwrap_or_default();
-        let joined = support::eventually(Duration::from_secs(30), || {
-            queue_lengths(&holder, &servers, last)
-                .iter()
-                .all(|&n| n == 1)
-        });
-        let lengths = queue_lengths(&holder, &servers, last);
-        check(
-            joined.await,
-            format!("the last waiter did not queue: {lengths:?}"),
-        )?;
-        let released = Instant::now();
-        let releases: Vec<_> = guards
-            .into_iter()
-            .map(|guard| tokio::spawn(guard.unlock()))
-            .collect();
-        let mut unconfirmed = 0;
-        for release in releases {
-            // A release that a node did not confirm in time still reaches
-            // it in the background; the waiters must acquire all the same.
-            unconfirmed += usize::from(release.await?.is_err());
-        }
-        let release_took = released.elapsed();
-        let (mut acquired, mut last_at) = (0, Duration::ZERO);
-        let mut errors = std::collections::BTreeMap::<String, usize>::new();
-        for call in calls {
-            match call.await? {
-                Ok(got) => {
-                    acquired += 1;
-                    last_at = last_at.max(got.saturating_duration_since(released));
-                }
-                Err(err) => *errors.entry(err.to_string()).or_default() += 1,
-            }
-        }
+        let handover = support::sale::handover(&servers, waiter, RESOURCES).await?;
         println!(
-            "  {acquired} of {RESOURCES} acquired, the last {last_at:?} after the release \
-             began (the release of all took {release_took:?}, {unconfirmed} unconfirmed)"
+            "  {} of {RESOURCES} acquired, the last {:?} after the release began (the \
+             release of all took {:?}, {} unconfirmed)",
+            handover.acquired,
+            handover.delay_percentile(100.0),
+            handover.release_took,
+            handover.unconfirmed,
         );
         check(
-            acquired == RESOURCES,
-            format!("{acquired} of {RESOURCES} acquired; errors: {errors:?}"),
+            handover.acquired == RESOURCES,
+            format!(
+                "{} of {RESOURCES} acquired; errors: {:?}",
+                handover.acquired, handover.errors
+            ),
         )
     })
 }

@@ -206,3 +206,98 @@ pub async fn worker_main(args: &[String]) -> Result<(), AnyError> {
     println!("{}", waits.join(" "));
     Ok(())
 }
+
+/// What one "many resources" run saw: one client held `resources` locks,
+/// another had one waiting `lock` call per resource, and all were released
+/// at once.
+#[derive(Debug, Default)]
+pub struct Handover {
+    /// Waiters that acquired.
+    pub acquired: usize,
+    /// The waiters' errors, by message.
+    pub errors: std::collections::BTreeMap<String, usize>,
+    /// From the start of the release to each acquisition.
+    pub delays: Vec<Duration>,
+    /// How long the holder's release of all took.
+    pub release_took: Duration,
+    /// Releases that a node did not confirm in time (they still reach it).
+    pub unconfirmed: usize,
+}
+
+impl Handover {
+    /// The `p`-th percentile (0–100) of the delays.
+    pub fn delay_percentile(&self, p: f64) -> Duration {
+        let mut delays = self.delays.clone();
+        delays.sort();
+        let index = ((delays.len().max(1) - 1) as f64 * p / 100.0).round() as usize;
+        delays.get(index).copied().unwrap_or_default()
+    }
+}
+
+/// The queue's key of `resource` (with the default key prefix).
+fn queue_key(resource: &str) -> Vec<u8> {
+    format!("quorlock:{resource}:quorlock-queue").into_bytes()
+}
+
+/// Holds `resources` locks with one client, has another client wait on each
+/// (`waiter`, made by the caller with its options), waits until the last
+/// one is queued on every node, then releases all at once.
+pub async fn handover(
+    nodes: &[RedisServer],
+    waiter: quorlock::Redlock,
+    resources: usize,
+) -> Result<Handover, AnyError> {
+    let holder = quorlock::Redlock::new(super::urls(nodes))?;
+    super::lock_once(&waiter, "sale:warm-up", TTL).await;
+    let names: Vec<String> = (0..resources).map(|n| format!("sale:many-{n}")).collect();
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(holder.lock(name, TTL).await?);
+    }
+    let calls: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let (waiter, name) = (waiter.clone(), name.clone());
+            tokio::spawn(async move { waiter.lock(&name, TTL).await.map(|_| Instant::now()) })
+        })
+        .collect();
+    let last = queue_key(names.last().map(String::as_str).unwrap_or_default());
+    let queued = |node: &RedisServer| -> i64 {
+        redis::cmd("ZCARD")
+            .arg(&last)
+            .query(&mut node.connection())
+            .unwrap_or(-1)
+    };
+    let joined = super::eventually(Duration::from_secs(30), || {
+        nodes.iter().all(|node| queued(node) == 1)
+    });
+    if !joined.await {
+        return Err("the last waiter did not queue on every node in 30 s".into());
+    }
+    let released = Instant::now();
+    let releases: Vec<_> = guards
+        .into_iter()
+        .map(|guard| tokio::spawn(guard.unlock()))
+        .collect();
+    let mut handover = Handover::default();
+    for release in releases {
+        // A release that a node did not confirm in time still reaches it
+        // in the background.
+        handover.unconfirmed += usize::from(release.await?.is_err());
+    }
+    handover.release_took = released.elapsed();
+    for call in calls {
+        match call.await? {
+            Ok(got) => {
+                handover.acquired += 1;
+                handover
+                    .delays
+                    .push(got.saturating_duration_since(released));
+            }
+            Err(err) => *handover.errors.entry(err.to_string()).or_default() += 1,
+        }
+    }
+    holder.flush().await;
+    waiter.flush().await;
+    Ok(handover)
+}

@@ -1,0 +1,256 @@
+//! Waiting at scale, as figures: flash sales (P worker processes × T tasks,
+//! each task wanting one acquisition of one lock on 5 real `redis-server`
+//! nodes, hold 1 ms, a checker Redis `INCR`ing inside the critical section,
+//! patience 60 s) and "many resources" hand-overs (one client holds R
+//! locks, another has one waiting `lock` per resource, all R are released at
+//! once). Each workload runs `--runs` times on fresh servers; the figures are
+//! medians with their spread (max − min over the median).
+//!
+//! ```text
+//! cargo run --release --example flash_sale -- [--runs R] [--sale PxT]... [--many R[:PATIENCE_S]]...
+//! ```
+//!
+//! Defaults: `--runs 3 --sale 4x50 --sale 8x1250 --many 1000 --many 20000:10`
+//! (W = 200 and W = 10,000 waiters; R = 1,000 with default options, R =
+//! 20,000 with a 10 s patience). A flash sale prints served calls per
+//! second, failed calls, overlaps, the wait (call to guard) p50 / p99 / max,
+//! and node 0's commands (`INFO commandstats`, the commands scripts run
+//! included) and CPU per served call. A hand-over prints how many acquired,
+//! the delay from the start of the release to each acquisition (p50, p99,
+//! last) and how long the release of all took.
+//!
+//! It needs `redis-server` on PATH (scripts/test.sh installs it).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use support::harness::AnyError;
+
+/// One workload of the run.
+enum Workload {
+    /// A flash sale of `processes × tasks` callers.
+    Sale { processes: usize, tasks: usize },
+    /// A hand-over of `resources` locks, with the waiters' patience
+    /// (`None`: default options).
+    Many {
+        resources: usize,
+        patience: Option<Duration>,
+    },
+}
+
+impl Workload {
+    fn parse(flag: &str, value: &str) -> Result<Workload, AnyError> {
+        match flag {
+            "--sale" => {
+                let (processes, tasks) = value.split_once('x').ok_or("--sale PxT")?;
+                Ok(Workload::Sale {
+                    processes: processes.parse()?,
+                    tasks: tasks.parse()?,
+                })
+            }
+            _ => {
+                let (resources, patience) = match value.split_once(':') {
+                    Some((resources, seconds)) => {
+                        (resources, Some(Duration::from_secs(seconds.parse()?)))
+                    }
+                    None => (value, None),
+                };
+                Ok(Workload::Many {
+                    resources: resources.parse()?,
+                    patience,
+                })
+            }
+        }
+    }
+}
+
+/// The median of `values` and their spread over it.
+fn median_spread(values: &mut [f64]) -> (f64, f64) {
+    values.sort_by(f64::total_cmp);
+    let median = values.get(values.len() / 2).copied().unwrap_or(0.0);
+    let spread = match (values.first(), values.last()) {
+        (Some(low), Some(high)) if median > 0.0 => (high - low) / median,
+        _ => 0.0,
+    };
+    (median, spread)
+}
+
+/// Prints one figure's median and spread over the runs.
+fn summary(label: &str, values: &mut [f64], unit: &str) {
+    let (median, spread) = median_spread(values);
+    println!(
+        "    {label:<28} {median:>10.1} {unit:<4} (spread {:.0} %)",
+        spread * 100.0
+    );
+}
+
+/// `runs` flash sales of `processes × tasks` callers.
+fn sales(
+    exe: &std::path::Path,
+    runs: usize,
+    (processes, tasks): (usize, usize),
+) -> Result<(), AnyError> {
+    let waiters = processes * tasks;
+    println!("flash sale: {processes} processes x {tasks} tasks = {waiters} waiters, 5 nodes");
+    let mut figures: [Vec<f64>; 7] = Default::default();
+    for run in 1..=runs {
+        let servers = support::servers(6);
+        let patience = Duration::from_secs(60);
+        let sale = support::sale::run(
+            exe,
+            "--sale-worker",
+            (processes, tasks),
+            patience,
+            &servers[1..],
+            &servers[0],
+        )?;
+        println!(
+            "  run {run}: {} served, {} failed, {} overlaps in {:.1?}: {:.0}/s; wait p50 {:.0?} p99 {:.0?} max {:.0?}; \
+             node 0 {:.1} commands, {:.0?} CPU per served call",
+            sale.served,
+            sale.failed,
+            sale.overlaps,
+            sale.elapsed,
+            sale.served_per_second(),
+            sale.wait_percentile(50.0),
+            sale.wait_percentile(99.0),
+            sale.wait_percentile(100.0),
+            sale.commands_per_served(),
+            sale.cpu_per_served(),
+        );
+        let ms = |duration: Duration| duration.as_secs_f64() * 1e3;
+        for (figure, value) in figures.iter_mut().zip([
+            sale.served_per_second(),
+            sale.failed as f64,
+            ms(sale.wait_percentile(50.0)),
+            ms(sale.wait_percentile(99.0)),
+            ms(sale.wait_percentile(100.0)),
+            sale.commands_per_served(),
+            sale.cpu_per_served().as_secs_f64() * 1e6,
+        ]) {
+            figure.push(value);
+        }
+        if sale.overlaps > 0 {
+            return Err(format!("{} overlaps", sale.overlaps).into());
+        }
+    }
+    println!("  medians of {runs}:");
+    let labels = [
+        ("served per second", "/s"),
+        ("failed calls", ""),
+        ("wait p50", "ms"),
+        ("wait p99", "ms"),
+        ("wait max", "ms"),
+        ("node-0 commands per served", ""),
+        ("node-0 CPU per served", "µs"),
+    ];
+    for ((label, unit), values) in labels.iter().zip(figures.iter_mut()) {
+        summary(label, values, unit);
+    }
+    Ok(())
+}
+
+/// `runs` hand-overs of `resources` locks.
+fn hand_overs(
+    runtime: &tokio::runtime::Runtime,
+    runs: usize,
+    resources: usize,
+    patience: Option<Duration>,
+) -> Result<(), AnyError> {
+    let options = patience.map_or("default options".to_owned(), |p| format!("patience {p:?}"));
+    println!(
+        "many resources: {resources} waiters on {resources} locks, released at once, 3 nodes, {options}"
+    );
+    let mut figures: [Vec<f64>; 5] = Default::default();
+    for run in 1..=runs {
+        let servers = support::servers(3);
+        let handover = runtime.block_on(async {
+            let mut builder = quorlock::Redlock::builder(support::urls(&servers));
+            if let Some(patience) = patience {
+                builder = builder.acquire_timeout(patience);
+            }
+            support::sale::handover(&servers, builder.build()?, resources).await
+        })?;
+        let ms = |duration: Duration| duration.as_secs_f64() * 1e3;
+        println!(
+            "  run {run}: {} of {resources} acquired; after the release began: p50 {:.0?} p99 {:.0?} last {:.0?}; \
+             the release of all took {:.0?} ({} unconfirmed); errors {:?}",
+            handover.acquired,
+            handover.delay_percentile(50.0),
+            handover.delay_percentile(99.0),
+            handover.delay_percentile(100.0),
+            handover.release_took,
+            handover.unconfirmed,
+            handover.errors,
+        );
+        for (figure, value) in figures.iter_mut().zip([
+            handover.acquired as f64,
+            ms(handover.delay_percentile(50.0)),
+            ms(handover.delay_percentile(99.0)),
+            ms(handover.delay_percentile(100.0)),
+            ms(handover.release_took),
+        ]) {
+            figure.push(value);
+        }
+    }
+    println!("  medians of {runs}:");
+    let labels = [
+        ("acquired", ""),
+        ("delay p50", "ms"),
+        ("delay p99", "ms"),
+        ("delay of the last", "ms"),
+        ("release of all", "ms"),
+    ];
+    for ((label, unit), values) in labels.iter().zip(figures.iter_mut()) {
+        summary(label, values, unit);
+    }
+    Ok(())
+}
+
+fn run(args: &[String], runtime: &tokio::runtime::Runtime) -> Result<(), AnyError> {
+    let exe = std::env::current_exe()?;
+    let mut runs = 3;
+    let mut workloads = Vec::new();
+    let mut args = args.iter();
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or(format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--runs" => runs = value.parse()?,
+            "--sale" | "--many" => workloads.push(Workload::parse(flag, value)?),
+            other => return Err(format!("unknown option {other}").into()),
+        }
+    }
+    if workloads.is_empty() {
+        for (flag, value) in [
+            ("--sale", "4x50"),
+            ("--sale", "8x1250"),
+            ("--many", "1000"),
+            ("--many", "20000:10"),
+        ] {
+            workloads.push(Workload::parse(flag, value)?);
+        }
+    }
+    for workload in workloads {
+        match workload {
+            Workload::Sale { processes, tasks } => sales(&exe, runs, (processes, tasks))?,
+            Workload::Many {
+                resources,
+                patience,
+            } => hand_overs(runtime, runs, resources, patience)?,
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = support::runtime().expect("tokio runtime");
+    if args.first().map(String::as_str) == Some("--sale-worker") {
+        let outcome = runtime.block_on(support::sale::worker_main(&args[1..]));
+        return support::harness::exit("sale worker", outcome);
+    }
+    support::harness::exit("flash_sale", run(&args, &runtime))
+}
