@@ -121,6 +121,7 @@ fn sales(
             sale.commands_per_served(),
             sale.cpu_per_served(),
         );
+        println!("    node 0's commands: {:?}", sale.node_calls);
         let ms = |duration: Duration| duration.as_secs_f64() * 1e3;
         for (figure, value) in figures.iter_mut().zip([
             sale.served_per_second(),

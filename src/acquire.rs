@@ -579,6 +579,12 @@ impl Acquisition<'_> {
             let unit = rand::rng().random::<f64>();
             let delay = quorum::jittered(config.retry_delay, config.retry_jitter, unit);
             tokio::time::sleep_until((Instant::now() + delay).min(deadline).into()).await;
+            // While too few nodes may be asked (they timed out and have not
+            // answered their probe since), a round would fail at once: wait
+            // for one to answer instead of spinning rounds that only cost
+            // the client's CPU, which slows the nodes' answers further.
+            let quorum = quorum::quorum(self.engine.nodes.len());
+            self.engine.standings.askable(quorum, deadline).await;
         }
         // No round starts after the deadline.
         if Instant::now() >= deadline {
@@ -857,14 +863,17 @@ impl InFlight {
     /// times out) first, so that no `SET` of it can land after the release
     /// reached its node. The release goes to every node that did not refuse
     /// (one that timed out may still have set the key; one that refused
-    /// cannot have), with `place` for the waiter's entry, and this returns
+    /// cannot have, nor one skipped, to which the round was never sent: a
+    /// release there would only queue behind the calls that made it slow,
+    /// and keep its probe from getting an answer), with `place` for the
+    /// waiter's entry, and this returns
     /// once the nodes that granted have answered it (each bounded by the
     /// per-node timeout); the others answer in the background.
     async fn release(&mut self, place: Place) {
         self.round.collect(Until::All).await;
         let send_to = self
             .round
-            .nodes(|answer| !answer.is_some_and(Answer::is_refused));
+            .nodes(|answer| !answer.is_some_and(Answer::did_nothing));
         if !send_to.is_empty() {
             let granted = self
                 .round

@@ -29,6 +29,10 @@ pub(crate) enum Answer {
     },
     /// An error, no answer within the bound, or a grant that did not count.
     Failed(NodeError),
+    /// Not asked: the node is skipped (it timed out and has not answered a
+    /// `PING` since), so the call was never sent and cannot have changed
+    /// anything there. Tallied as a failure.
+    Unsent(NodeError),
 }
 
 impl Answer {
@@ -46,9 +50,10 @@ impl Answer {
         matches!(self, Answer::Granted(_))
     }
 
-    /// Whether the node answered no.
-    pub(crate) fn is_refused(&self) -> bool {
-        matches!(self, Answer::Refused(_))
+    /// Whether the node cannot have done what was asked: it answered no, or
+    /// the call was never sent. A round's cleanup need not go there.
+    pub(crate) fn did_nothing(&self) -> bool {
+        matches!(self, Answer::Refused(_) | Answer::Unsent(_))
     }
 }
 

@@ -388,7 +388,7 @@ impl Node {
                     timeout: shared.timeout,
                 };
                 let kind = NodeErrorKind::NotCounted(Arc::new(reason));
-                return Answer::Failed(NodeError::new(shared.name.clone(), kind));
+                return Answer::Unsent(NodeError::new(shared.name.clone(), kind));
             }
             let timeout = if purpose == Purpose::Read {
                 shared.connect_timeout

@@ -155,7 +155,7 @@ impl Votes {
         match answer {
             Answer::Granted(_) | Answer::Holds { .. } => self.granted += 1,
             Answer::Refused(_) => self.refused += 1,
-            Answer::Failed(_) => self.failed += 1,
+            Answer::Failed(_) | Answer::Unsent(_) => self.failed += 1,
         }
     }
 

@@ -258,7 +258,7 @@ impl Round {
                 self.last_error = Some(not_counted.clone());
                 self.not_counted.push((index, not_counted));
             }
-            (_, Answer::Failed(err)) => {
+            (_, Answer::Failed(err) | Answer::Unsent(err)) => {
                 if let Some(reason) = err.not_counted() {
                     meter::not_counted(reason);
                 }

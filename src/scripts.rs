@@ -93,7 +93,7 @@ local function enqueue(queue, waiter, ticket)
         end
     end
     redis.call("zadd", queue, string.format("%d", ticket), waiter)
-    if redis.call("pttl", queue) < queue_lifetime then
+    if redis.call("pttl", queue) < queue_lifetime / 2 then
         redis.call("pexpire", queue, queue_lifetime)
     end
     return ticket
@@ -347,7 +347,7 @@ for _, key in ipairs(KEYS) do
         end
         wait = redis.call("pttl", key)
     end
-    if queued ~= -2 and queued < queue_lifetime then
+    if queued ~= -2 and queued < queue_lifetime / 2 then
         redis.call("pexpire", queue, queue_lifetime)
     end
     checks[#checks + 1] = wait

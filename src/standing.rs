@@ -289,6 +289,8 @@ pub(crate) struct Standings {
     names: Vec<Arc<str>>,
     /// Notified whenever a first check ends.
     ended: Notify,
+    /// Notified whenever a skipped node answers again.
+    unskipped: Notify,
     all_attempted: AtomicBool,
     all_heard: AtomicBool,
     misconfigured: OnceLock<String>,
@@ -327,6 +329,7 @@ impl Standings {
                 .collect(),
             names,
             ended: Notify::new(),
+            unskipped: Notify::new(),
             all_attempted: AtomicBool::new(false),
             all_heard: AtomicBool::new(false),
             misconfigured: OnceLock::new(),
@@ -445,6 +448,29 @@ impl Standings {
     /// Ends the skipping of node `index` (its probe ended).
     pub(crate) fn unskip(&self, index: usize) {
         self.slots[index].skipped.store(false, Ordering::Release);
+        self.unskipped.notify_waiters();
+    }
+
+    /// Waits until at least `quorum` nodes are not skipped (a round could
+    /// then win), or until `deadline`. A round before that would fail
+    /// without asking a node.
+    ///
+    /// Cancel safe.
+    pub(crate) async fn askable(&self, quorum: usize, deadline: std::time::Instant) {
+        loop {
+            let unskipped = self.unskipped.notified();
+            tokio::pin!(unskipped);
+            // Registered before the count: an unskip after it wakes us.
+            unskipped.as_mut().enable();
+            let askable = (0..self.slots.len()).filter(|&index| !self.is_skipped(index));
+            if askable.count() >= quorum {
+                return;
+            }
+            tokio::select! {
+                _ = unskipped => {}
+                _ = tokio::time::sleep_until(deadline.into()) => return,
+            }
+        }
     }
 
     /// Checks a new connection to node `index` before any call uses it (see

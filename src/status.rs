@@ -107,7 +107,7 @@ impl LockStatus {
         }
         let silent = answers
             .iter()
-            .filter(|(_, answer)| matches!(answer, Answer::Failed(_)))
+            .filter(|(_, answer)| matches!(answer, Answer::Failed(_) | Answer::Unsent(_)))
             .count();
         let free = holder.is_none() && most_on_one_token + silent < quorum;
         let nodes = answers
@@ -119,7 +119,7 @@ impl LockStatus {
                         token_prefix: prefix(&token),
                         ttl: u64::try_from(pttl_ms).ok().map(Duration::from_millis),
                     },
-                    Answer::Failed(err) => NodeState::Failed(err),
+                    Answer::Failed(err) | Answer::Unsent(err) => NodeState::Failed(err),
                     Answer::Granted(_) | Answer::Refused(_) => NodeState::Free,
                 },
                 not_counted: None,
