@@ -1,4 +1,5 @@
-//! Mutual exclusion under faults, as a test: 4 worker processes of 3 tasks each, 5 nodes,
+//! Mutual exclusion under faults, as a test: 4 worker processes of 3 tasks
+//! each (and once of 150 tasks each: 600 queued waiters), 5 nodes,
 //! a few thousand acquisitions while a fault injector freezes, kills and
 //! (delayed-)restarts a minority of nodes, and once takes a majority down;
 //! then the same with immediate restarts without persistence (the Redlock
@@ -32,7 +33,8 @@ fn main() -> ExitCode {
     // that does not name this test runs nothing.
     if let Some(filter) = args.iter().find(|arg| !arg.starts_with('-'))
         && !"chaos_minority_faults_never_give_two_holders chaos_fencing_tokens_increase_under_faults \
-             chaos_immediate_restarts_never_give_two_holders"
+             chaos_immediate_restarts_never_give_two_holders \
+             chaos_hundreds_of_waiters_never_give_two_holders"
             .contains(filter.as_str())
     {
         println!("0 passed, 0 failed");
@@ -53,6 +55,11 @@ fn main() -> ExitCode {
             "chaos_immediate_restarts_never_give_two_holders",
             chaos_harness::Plan::immediate(4, 2_000, Duration::from_secs(240), true),
         ),
+        (
+            "chaos_hundreds_of_waiters_never_give_two_holders",
+            chaos_harness::Plan::delayed(4, false, 2_000, Duration::from_secs(240))
+                .with_waiters(150, Duration::from_secs(5)),
+        ),
     ] {
         println!("test {name} ...");
         let outcome = runtime.block_on(chaos_harness::run(plan, &exe, &["--chaos-worker"]));
@@ -67,7 +74,7 @@ fn main() -> ExitCode {
             }
         }
     }
-    println!("{} passed, {failed} failed", 3 - failed);
+    println!("{} passed, {failed} failed", 4 - failed);
     if failed == 0 {
         ExitCode::SUCCESS
     } else {

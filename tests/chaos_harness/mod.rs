@@ -1,6 +1,6 @@
 //! The chaos harness, shared by `tests/chaos.rs` (a short run in the suite)
 //! and `examples/chaos.rs` (the full run): worker **processes**, each with
-//! [`TASKS_PER_WORKER`] tasks, compete for one
+//! [`Plan::tasks`] tasks (3, or hundreds of waiters), compete for one
 //! resource on 5 nodes while a fault injector freezes, kills and (after at
 //! least the TTL) restarts a minority of nodes, and once takes a majority
 //! down. Each critical section checks a separate Redis "checker": `INCR` on
@@ -33,13 +33,24 @@ pub const RESOURCE: &str = "chaos:resource";
 pub const TTL: Duration = Duration::from_secs(1);
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(1);
 pub const NODE_TIMEOUT: Duration = Duration::from_millis(50);
-/// A call may overrun the acquire timeout by the round in flight.
+/// A call may overrun the acquire timeout by the round in flight (and its
+/// cleanup), each bounded by the node timeout, and by the scheduling of its
+/// task on a loaded 2-core machine.
 pub const DEADLINE_SLACK: Duration = Duration::from_millis(300);
+/// The same with hundreds of tasks per worker process, whose scheduling
+/// takes longer (188 ms seen in a debug build).
+pub const WAITERS_DEADLINE_SLACK: Duration = Duration::from_secs(1);
 
 /// How big a run is.
 #[derive(Debug, Clone, Copy)]
 pub struct Plan {
     pub workers: usize,
+    /// Tasks that lock in each worker process.
+    pub tasks: usize,
+    /// Each `lock` call's patience (its acquire timeout).
+    pub patience: Duration,
+    /// How long past its patience a failed call may end.
+    pub slack: Duration,
     /// Locks with fencing tokens, and checks that they strictly increase.
     pub fencing: bool,
     pub acquisitions: u64,
@@ -73,6 +84,9 @@ impl Plan {
     pub fn delayed(workers: usize, fencing: bool, acquisitions: u64, limit: Duration) -> Self {
         Plan {
             workers,
+            tasks: TASKS_PER_WORKER,
+            patience: ACQUIRE_TIMEOUT,
+            slack: DEADLINE_SLACK,
             fencing,
             acquisitions,
             limit,
@@ -88,6 +102,9 @@ impl Plan {
     pub fn immediate(workers: usize, acquisitions: u64, limit: Duration, protected: bool) -> Self {
         Plan {
             workers,
+            tasks: TASKS_PER_WORKER,
+            patience: ACQUIRE_TIMEOUT,
+            slack: DEADLINE_SLACK,
             fencing: false,
             acquisitions,
             limit,
@@ -95,6 +112,20 @@ impl Plan {
             hold: Duration::from_millis(1),
             hold_on_signal: true,
             protected,
+        }
+    }
+}
+
+impl Plan {
+    /// The same run with `tasks` tasks per worker process, each `lock`
+    /// call waiting up to `patience`: hundreds of waiters per process
+    /// queue on the lock under the faults.
+    pub fn with_waiters(self, tasks: usize, patience: Duration) -> Self {
+        Plan {
+            tasks,
+            patience,
+            slack: WAITERS_DEADLINE_SLACK,
+            ..self
         }
     }
 }
@@ -125,9 +156,10 @@ pub struct Report {
 impl Report {
     pub fn print(&self, plan: &Plan) {
         println!(
-            "chaos: {} worker processes x {TASKS_PER_WORKER} tasks, 5 nodes, {:.1} s, \
+            "chaos: {} worker processes x {} tasks, 5 nodes, {:.1} s, \
              {:?} restarts, hold {:?}, restart protection {}",
             plan.workers,
+            plan.tasks,
             self.elapsed.as_secs_f64(),
             plan.restarts,
             plan.hold,
@@ -164,8 +196,8 @@ impl Report {
         }
         println!("  failed lock calls       {}", self.failed_calls);
         println!(
-            "  longest failed call     {:?} (deadline {ACQUIRE_TIMEOUT:?})",
-            self.longest_failed_call
+            "  longest failed call     {:?} (deadline {:?})",
+            self.longest_failed_call, plan.patience
         );
         println!("  granted during outage   {}", self.granted_during_outage);
         match self.resumed_after_recovery {
@@ -199,7 +231,7 @@ impl Report {
                 self.granted_during_outage
             ));
         }
-        if self.longest_failed_call > ACQUIRE_TIMEOUT + DEADLINE_SLACK {
+        if self.longest_failed_call > plan.patience + plan.slack {
             return Err(format!("a failed call took {:?}", self.longest_failed_call));
         }
         if self.majority_outages == 0 || self.resumed_after_recovery.is_none() {
@@ -230,18 +262,24 @@ pub async fn worker(checker: &str, nodes: &[String]) -> Result<(), AnyError> {
     let checker = redis::Client::open(checker)?
         .get_multiplexed_async_connection()
         .await?;
-    let (fencing, hold_us, unprotected, hold_on_signal): (
+    type Settings = (
         Option<i64>,
+        Option<u64>,
+        Option<usize>,
         Option<u64>,
         Option<i64>,
         Option<i64>,
-    ) = redis::pipe()
-        .get("chaos:fencing")
-        .get("chaos:hold-us")
-        .get("chaos:unprotected")
-        .get("chaos:hold-on-signal")
-        .query_async(&mut checker.clone())
-        .await?;
+    );
+    let (fencing, hold_us, tasks, patience_ms, unprotected, hold_on_signal): Settings =
+        redis::pipe()
+            .get("chaos:fencing")
+            .get("chaos:hold-us")
+            .get("chaos:tasks")
+            .get("chaos:patience-ms")
+            .get("chaos:unprotected")
+            .get("chaos:hold-on-signal")
+            .query_async(&mut checker.clone())
+            .await?;
     let hold = Hold {
         base: Duration::from_micros(hold_us.unwrap_or(0)),
         on_signal: hold_on_signal.is_some(),
@@ -256,11 +294,11 @@ pub async fn worker(checker: &str, nodes: &[String]) -> Result<(), AnyError> {
         .restart_grace(grace)
         .fencing(fencing.is_some())
         .node_timeout(NODE_TIMEOUT)
-        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .acquire_timeout(patience_ms.map_or(ACQUIRE_TIMEOUT, Duration::from_millis))
         .retry_delay(Duration::from_millis(10))
         .retry_jitter(Duration::from_millis(10))
         .build()?;
-    let tasks: Vec<_> = (0..TASKS_PER_WORKER)
+    let tasks: Vec<_> = (0..tasks.unwrap_or(TASKS_PER_WORKER))
         .map(|_| tokio::spawn(worker_task(redlock.clone(), checker.clone(), hold)))
         .collect();
     let mut tally = Tally::default();
@@ -429,6 +467,9 @@ pub async fn run(
     }
     let hold_us = u64::try_from(plan.hold.as_micros()).unwrap_or(u64::MAX);
     let _: () = checker.set("chaos:hold-us", hold_us).await?;
+    let _: () = checker.set("chaos:tasks", plan.tasks).await?;
+    let patience_ms = u64::try_from(plan.patience.as_millis()).unwrap_or(u64::MAX);
+    let _: () = checker.set("chaos:patience-ms", patience_ms).await?;
     if !plan.protected {
         let _: () = checker.set("chaos:unprotected", 1).await?;
     }
