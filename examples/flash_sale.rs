@@ -107,20 +107,7 @@ fn sales(
             &servers[1..],
             &servers[0],
         )?;
-        println!(
-            "  run {run}: {} served, {} failed, {} overlaps in {:.1?}: {:.0}/s; wait p50 {:.0?} p99 {:.0?} max {:.0?}; \
-             node 0 {:.1} commands, {:.0?} CPU per served call",
-            sale.served,
-            sale.failed,
-            sale.overlaps,
-            sale.elapsed,
-            sale.served_per_second(),
-            sale.wait_percentile(50.0),
-            sale.wait_percentile(99.0),
-            sale.wait_percentile(100.0),
-            sale.commands_per_served(),
-            sale.cpu_per_served(),
-        );
+        println!("  run {run}: {sale}");
         println!("    node 0's commands: {:?}", sale.node_calls);
         let ms = |duration: Duration| duration.as_secs_f64() * 1e3;
         for (figure, value) in figures.iter_mut().zip([

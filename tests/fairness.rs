@@ -132,17 +132,7 @@ fn a_sigkilled_waiter_stops_blocking_within_its_lifetime(
     let servers = support::servers(3);
     let nodes = support::urls(&servers);
     let queue_len = |redlock: &Redlock| -> Vec<i64> {
-        let mut queue = redlock.key("fair:killed").unwrap_or_default();
-        queue.extend_from_slice(b":quorlock-queue");
-        servers
-            .iter()
-            .map(|node| {
-                redis::cmd("ZCARD")
-                    .arg(&queue)
-                    .query(&mut node.connection())
-                    .unwrap_or(-1)
-            })
-            .collect()
+        support::queue_lengths(&servers, &redlock.key("fair:killed").unwrap_or_default())
     };
     runtime.block_on(async {
         let holder = Redlock::new(&nodes)?;

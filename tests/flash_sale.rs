@@ -35,19 +35,7 @@ fn a_flash_sale_of_thousands_serves_every_caller_at_a_bounded_cost(
     let (checker, nodes) = (&servers[0], &servers[1..]);
     let patience = Duration::from_secs(60);
     let sale = support::sale::run(exe, "--sale-worker", (4, 600), patience, nodes, checker)?;
-    println!(
-        "  {} served, {} failed, {} overlaps in {:.1?} ({:.0}/s); wait p50 {:?} p99 {:?}; \
-         node 0: {:.1} commands and {:?} CPU per served call",
-        sale.served,
-        sale.failed,
-        sale.overlaps,
-        sale.elapsed,
-        sale.served_per_second(),
-        sale.wait_percentile(50.0),
-        sale.wait_percentile(99.0),
-        sale.commands_per_served(),
-        sale.cpu_per_served(),
-    );
+    println!("  {sale}");
     println!("  node 0's commands: {:?}", sale.node_calls);
     check(sale.overlaps == 0, format!("{} overlaps", sale.overlaps))?;
     check(sale.failed == 0, format!("{} calls gave up", sale.failed))?;
@@ -85,17 +73,7 @@ async fn doomed_client(count: usize, resource: &str, nodes: &[String]) -> Outcom
 
 /// The number of entries in `resource`'s queue on each of `nodes`.
 fn queue_lengths(redlock: &Redlock, nodes: &[support::RedisServer], resource: &str) -> Vec<i64> {
-    let mut queue = redlock.key(resource).unwrap_or_default();
-    queue.extend_from_slice(b":quorlock-queue");
-    nodes
-        .iter()
-        .map(|node| {
-            redis::cmd("ZCARD")
-                .arg(&queue)
-                .query(&mut node.connection())
-                .unwrap_or(-1)
-        })
-        .collect()
+    support::queue_lengths(nodes, &redlock.key(resource).unwrap_or_default())
 }
 
 /// A client in its own process queues 300 calls behind a holder, then 20

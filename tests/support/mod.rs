@@ -527,6 +527,22 @@ pub fn command_calls(nodes: &[RedisServer]) -> BTreeMap<String, u64> {
     calls
 }
 
+/// The number of entries in the queue of the lock key `key` on each of
+/// `nodes` (-1 where a node did not answer).
+pub fn queue_lengths(nodes: &[RedisServer], key: &[u8]) -> Vec<i64> {
+    let mut queue = key.to_vec();
+    queue.extend_from_slice(b":quorlock-queue");
+    nodes
+        .iter()
+        .map(|node| {
+            redis::cmd("ZCARD")
+                .arg(&queue)
+                .query(&mut node.connection())
+                .unwrap_or(-1)
+        })
+        .collect()
+}
+
 /// Resets the command statistics of `nodes`.
 pub fn reset_stats(nodes: &[RedisServer]) {
     for node in nodes {

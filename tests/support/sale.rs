@@ -40,6 +40,27 @@ pub struct Sale {
     pub node_calls: std::collections::BTreeMap<String, u64>,
 }
 
+impl std::fmt::Display for Sale {
+    /// One line: what was served, how fast, the waits, node 0's cost.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} served, {} failed, {} overlaps in {:.1?}: {:.0}/s; wait p50 {:.0?} p99 {:.0?} \
+             max {:.0?}; node 0 {:.1} commands, {:.0?} CPU per served call",
+            self.served,
+            self.failed,
+            self.overlaps,
+            self.elapsed,
+            self.served_per_second(),
+            self.wait_percentile(50.0),
+            self.wait_percentile(99.0),
+            self.wait_percentile(100.0),
+            self.commands_per_served(),
+            self.cpu_per_served(),
+        )
+    }
+}
+
 impl Sale {
     /// Served calls per second of the sale.
     pub fn served_per_second(&self) -> f64 {
@@ -234,11 +255,6 @@ impl Handover {
     }
 }
 
-/// The queue's key of `resource` (with the default key prefix).
-fn queue_key(resource: &str) -> Vec<u8> {
-    format!("quorlock:{resource}:quorlock-queue").into_bytes()
-}
-
 /// Holds `resources` locks with one client, has another client wait on each
 /// (`waiter`, made by the caller with its options), waits until the last
 /// one is queued on every node, then releases all at once.
@@ -261,15 +277,9 @@ pub async fn handover(
             tokio::spawn(async move { waiter.lock(&name, TTL).await.map(|_| Instant::now()) })
         })
         .collect();
-    let last = queue_key(names.last().map(String::as_str).unwrap_or_default());
-    let queued = |node: &RedisServer| -> i64 {
-        redis::cmd("ZCARD")
-            .arg(&last)
-            .query(&mut node.connection())
-            .unwrap_or(-1)
-    };
+    let last = waiter.key(names.last().map(String::as_str).unwrap_or_default())?;
     let joined = super::eventually(Duration::from_secs(30), || {
-        nodes.iter().all(|node| queued(node) == 1)
+        super::queue_lengths(nodes, &last).iter().all(|&n| n == 1)
     });
     if !joined.await {
         return Err("the last waiter did not queue on every node in 30 s".into());
