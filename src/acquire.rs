@@ -395,9 +395,14 @@ impl Acquisition<'_> {
     async fn round(&mut self) -> InFlight {
         let lock = LockId::fresh(&self.key, &self.shape);
         let (request, gates) = self.take_turn(lock.clone());
-        // Before the start: the wait for a permit is not the round's.
-        let permit = match &request {
-            Request::Wait { .. } => self.engine.queue_rounds.acquire().await.ok(),
+        // Before the start: the wait for a permit is not the round's. It
+        // ends at the call's deadline: the round then goes without one.
+        let permit = match (&request, self.deadline) {
+            (Request::Wait { .. }, Some(deadline)) => {
+                let permit = self.engine.queue_rounds.acquire();
+                let permit = tokio::time::timeout_at(deadline.into(), permit).await;
+                permit.ok().and_then(Result::ok)
+            }
             _ => None,
         };
         let start = Instant::now();

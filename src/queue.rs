@@ -67,7 +67,9 @@
 //!   its entry in the background (and passes on a reservation made for it).
 //!   Should that not reach a node, the entry stays while its client lives,
 //!   until a release hands it the lock: the client then hears of a handoff
-//!   to a waiter it no longer has and takes it out there.
+//!   to a waiter it no longer has and takes it out there. (With
+//!   notifications off the client hears nothing: such an entry holds that
+//!   node's queue until its client ends.)
 //! - A queue lives `QUEUE_LIFETIME` (60 s) after the last round or check that
 //!   touched it: only a queue nobody waits on any more expires.
 //! - Each client has at most [`QUEUE_ROUNDS_IN_FLIGHT`] queue rounds under

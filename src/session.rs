@@ -211,6 +211,9 @@ impl Drop for Watching {
 /// liveness key and the checks that are due; ends once nothing is waited
 /// on. A node that had lost the liveness key gets a round from every
 /// waiter of the client.
+///
+/// Cancel safe: dropped (its runtime shut down), it marks itself not
+/// running, and the next waiting call starts another.
 async fn beat(session: Arc<Session>, index: usize) {
     let mut ticks = tokio::time::interval(REFRESH_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
