@@ -38,6 +38,9 @@ pub struct Sale {
     pub node_cpu: Duration,
     /// Node 0's calls per command during the sale.
     pub node_calls: std::collections::BTreeMap<String, u64>,
+    /// Keys that expired on node 0 during the sale (`INFO stats`): a
+    /// client's liveness key that lapsed, a reservation nobody claimed.
+    pub node_expired: u64,
 }
 
 impl std::fmt::Display for Sale {
@@ -46,7 +49,7 @@ impl std::fmt::Display for Sale {
         write!(
             f,
             "{} served, {} failed, {} overlaps in {:.1?}: {:.0}/s; wait p50 {:.0?} p99 {:.0?} \
-             max {:.0?}; node 0 {:.1} commands, {:.0?} CPU per served call",
+             max {:.0?}; node 0 {:.1} commands, {:.0?} CPU per served call, {} keys expired",
             self.served,
             self.failed,
             self.overlaps,
@@ -57,6 +60,7 @@ impl std::fmt::Display for Sale {
             self.wait_percentile(100.0),
             self.commands_per_served(),
             self.cpu_per_served(),
+            self.node_expired,
         )
     }
 }
@@ -127,6 +131,7 @@ pub fn run(
     std::thread::sleep(until_start.saturating_sub(Duration::from_millis(50)));
     super::reset_stats(&nodes[..1]);
     let cpu_before = node_cpu(&nodes[0]);
+    let expired_before = node_stat(&nodes[0], "expired_keys");
     let mut sale = Sale::default();
     for worker in workers {
         let output = worker.wait_with_output()?;
@@ -151,7 +156,20 @@ pub fn run(
     sale.node_calls = super::command_calls(&nodes[..1]);
     sale.node_commands = sale.node_calls.values().sum();
     sale.node_cpu = node_cpu(&nodes[0]).saturating_sub(cpu_before);
+    sale.node_expired = node_stat(&nodes[0], "expired_keys").saturating_sub(expired_before);
     Ok(sale)
+}
+
+/// A counter of a node's `INFO stats` (0 when it cannot be read).
+pub fn node_stat(node: &RedisServer, name: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query(&mut node.connection())
+        .unwrap_or_default();
+    info.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// A node's CPU so far (user + system, `INFO cpu`).
