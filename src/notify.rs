@@ -371,3 +371,32 @@ impl Gates {
         self.closed.store(true, Ordering::Release);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PREFIX: &str = "orders:quorlock-client:q0123.";
+
+    #[test]
+    fn a_handoff_names_the_waiter_and_the_lock_key() {
+        let payload = format!("{PREFIX}42 orders:stock item 7");
+        let (waiter, key) = split_handoff(payload.as_bytes(), PREFIX).expect("ours");
+        assert_eq!(waiter, "orders:quorlock-client:q0123.42");
+        // The key is everything after the first space, spaces and all.
+        assert_eq!(key, b"orders:stock item 7");
+    }
+
+    #[test]
+    fn a_handoff_to_another_client_or_malformed_is_not_ours() {
+        for payload in [
+            "orders:quorlock-client:q9999.42 orders:stock".as_bytes(),
+            format!("{PREFIX} orders:stock").as_bytes(),
+            format!("{PREFIX}42").as_bytes(),
+            format!("{PREFIX}42 ").as_bytes(),
+            format!("{PREFIX}42x orders:stock").as_bytes(),
+        ] {
+            assert!(split_handoff(payload, PREFIX).is_none(), "{payload:?}");
+        }
+    }
+}
