@@ -141,7 +141,7 @@
 //! entry lives while its *client* does, kept by one heartbeat per client
 //! and node (`session.rs`), so a flash sale of thousands of waiters is
 //! served at the pace of a few. A client that dies stops blocking the
-//! others within [`Redlock::WAITER_LIFETIME`] and a check; a `lock` future
+//! others within [`Redlock::WAITER_LIFETIME`] and a heartbeat interval; a `lock` future
 //! that is dropped leaves at once. `queue.rs` has the mechanism and its
 //! safety and liveness argument.
 //!

@@ -42,7 +42,7 @@
 //!   keys its client waits on, which settle the key as a release would (a
 //!   free key or a void reservation goes to the first live waiter, with a
 //!   notification), at the key's `PTTL` and at least every
-//!   `session::MAX_CHECK` (see `session.rs`).
+//!   `session::MAX_CHECK`, one second (see `session.rs`).
 //! - Tickets: a new waiter joins each node at "last ticket there + 1"; the
 //!   client takes the highest ticket any node gave and, if the nodes
 //!   differed, writes it to every node with its next round. From then on

@@ -67,8 +67,8 @@ impl Redlock {
     /// How long a client's liveness key on a node outlives its last
     /// heartbeat (see `session.rs`): the places of a client's waiters in the
     /// queues live while it does, so a client that died, with however many
-    /// waiters, stops blocking the others within this time (and the check
-    /// that follows it).
+    /// waiters, stops blocking the others within this time and one
+    /// [`REFRESH_INTERVAL`](Self::REFRESH_INTERVAL).
     pub const WAITER_LIFETIME: Duration = queue::WAITER_LIFETIME;
 
     /// How often a client with waiting `lock` calls renews its liveness key

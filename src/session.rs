@@ -28,8 +28,9 @@
 //! notification) and says how long nothing there needs a look: the `PTTL`
 //! of a quorlock holder or a reservation (their release or claim notifies,
 //! their expiry does not), or nothing for a foreign holder. A key is checked
-//! again then, at least every [`REFRESH_INTERVAL`] and at most every
-//! [`MAX_CHECK`]. A heartbeat call carries up to [`CHECK_BATCH`] keys.
+//! again then, but no sooner than [`REFRESH_INTERVAL`] and no later than
+//! [`MAX_CHECK`] (one second). A heartbeat call carries up to
+//! [`CHECK_BATCH`] keys.
 //!
 //! A node that lost the liveness key (restarted, or it expired while the
 //! client was cut off or stalled) may have dropped the client's entries:
@@ -40,8 +41,8 @@
 //! # Cost
 //!
 //! Per client and node, one heartbeat call every `REFRESH_INTERVAL` while it
-//! has waiters, plus one check per lock key it waits on every `MAX_CHECK`
-//! at most: nothing per waiter. Joining, claiming and leaving stay one
+//! has waiters, plus a check of each lock key it waits on, usually one every
+//! `MAX_CHECK` (a held key's `PTTL` is longer): nothing per waiter. Joining, claiming and leaving stay one
 //! round each per waiter; they are the hand-overs themselves.
 //!
 //! # Safety
@@ -58,11 +59,17 @@ use std::time::{Duration, Instant};
 
 use crate::node::Node;
 use crate::notify::Notifications;
-use crate::queue::{REFRESH_INTERVAL, lifetime_ms};
+use crate::queue::{REFRESH_INTERVAL, WAITER_LIFETIME, lifetime_ms};
 use crate::tasks;
 
-/// The longest a client goes without checking a lock key it waits on.
-pub(crate) const MAX_CHECK: Duration = Duration::from_secs(2);
+/// The longest a client goes without checking a lock key it waits on. At
+/// most the [`WAITER_LIFETIME`]: a release that hands the key to a waiter
+/// of a client that died makes a reservation that ends within the lifetime,
+/// and a live client whose last check came just before that release looks
+/// again within this time, so the next live waiter is served within
+/// `max(WAITER_LIFETIME, MAX_CHECK)` and one heartbeat interval of the
+/// release.
+pub(crate) const MAX_CHECK: Duration = WAITER_LIFETIME;
 
 /// The most lock keys one heartbeat call checks; more go in several calls.
 pub(crate) const CHECK_BATCH: usize = 256;
@@ -284,9 +291,9 @@ mod tests {
 
     #[test]
     fn a_client_is_checked_well_within_its_lifetime() {
-        use crate::queue::{QUEUE_LIFETIME, WAITER_LIFETIME};
+        use crate::queue::QUEUE_LIFETIME;
         assert!(REFRESH_INTERVAL * 3 < WAITER_LIFETIME);
-        assert!(REFRESH_INTERVAL < MAX_CHECK);
+        assert!(REFRESH_INTERVAL < MAX_CHECK && MAX_CHECK <= WAITER_LIFETIME);
         assert!(MAX_CHECK * 10 < QUEUE_LIFETIME);
     }
 
