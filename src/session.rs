@@ -153,12 +153,26 @@ impl Session {
             check_at: vec![first_check; nodes],
         });
         watch.waiters += 1;
-        if tasks::has_runtime() {
-            for index in 0..nodes {
-                if !watched.running[index] {
-                    watched.running[index] = tasks::spawn(beat(self.clone(), index));
-                }
-            }
+        if !tasks::has_runtime() {
+            return Watching {
+                session: self.clone(),
+                key: key.clone(),
+            };
+        }
+        // Marked running under the lock, spawned after it: a loop that is
+        // never polled (its runtime gone) drops its guard, which takes the
+        // lock to mark it not running again.
+        let starting: Vec<Running> = (0..nodes)
+            .filter(|&index| !std::mem::replace(&mut watched.running[index], true))
+            .map(|index| Running {
+                session: self.clone(),
+                index,
+                ended: false,
+            })
+            .collect();
+        drop(watched);
+        for running in starting {
+            tasks::spawn(beat(running));
         }
         Watching {
             session: self.clone(),
@@ -221,17 +235,13 @@ impl Drop for Watching {
 ///
 /// Cancel safe: dropped (its runtime shut down), it marks itself not
 /// running, and the next waiting call starts another.
-async fn beat(session: Arc<Session>, index: usize) {
+async fn beat(mut running: Running) {
+    let (session, index) = (running.session.clone(), running.index);
     let mut ticks = tokio::time::interval(REFRESH_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The first tick is at once: the call that started the loop has just
     // made (or is making) a round, which keeps the key.
     ticks.tick().await;
-    let mut running = Running {
-        session: session.clone(),
-        index,
-        ended: false,
-    };
     let live_key = session.live_key.as_bytes();
     loop {
         ticks.tick().await;
@@ -267,8 +277,9 @@ async fn beat(session: Arc<Session>, index: usize) {
     }
 }
 
-/// A node's heartbeat loop while it runs: dropped without having ended by
-/// itself (its runtime shut down), it marks the loop not running, so that
+/// A node's heartbeat loop while it runs, made before it is spawned:
+/// dropped without having ended by itself (its runtime shut down, even
+/// before the loop was first polled), it marks the loop not running, so that
 /// the next waiting call starts another.
 struct Running {
     session: Arc<Session>,

@@ -525,3 +525,56 @@ async fn handed_on(
         other => panic!("{who} did not get the key handed on: {other:?}"),
     }
 }
+
+/// A client whose waiters first waited on a runtime that has since shut
+/// down keeps its next waiter's place alive on a new runtime: its heartbeat
+/// starts again, so its liveness key outlives `WAITER_LIFETIME` while the
+/// call waits (without a heartbeat it is gone 1 s after the last round).
+#[test]
+fn the_heartbeat_starts_again_on_a_new_runtime() {
+    let nodes = servers(1);
+    let holder_runtime = support::runtime().expect("runtime");
+    let holder = builder(&nodes).build().unwrap();
+    let guard = holder_runtime
+        .block_on(holder.lock("queue:runtimes", TTL))
+        .unwrap();
+    let waiter = patient_client(&nodes);
+    let key = holder.key("queue:runtimes").unwrap();
+    let queued = |count: i64| support::queue_lengths(&nodes, &key) == [count];
+    let live_keys = || -> usize {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("quorlock:quorlock-client:*")
+            .query(&mut nodes[0].connection())
+            .unwrap_or_default();
+        keys.len()
+    };
+    for round in 0..2 {
+        let runtime = support::runtime().expect("runtime");
+        runtime.block_on(async {
+            let waiting = tokio::spawn({
+                let waiter = waiter.clone();
+                async move { waiter.lock("queue:runtimes", TTL).await.map(drop) }
+            });
+            assert!(
+                eventually(Duration::from_secs(10), || queued(1)).await,
+                "runtime {round}: the waiter did not queue"
+            );
+            tokio::time::sleep(Redlock::WAITER_LIFETIME * 2).await;
+            assert_eq!(
+                live_keys(),
+                1,
+                "runtime {round}: the waiting client's liveness key is gone"
+            );
+            waiting.abort();
+            let _ = waiting.await;
+            waiter.flush().await;
+        });
+        // The runtime shuts down with the client's heartbeat loops on it.
+        drop(runtime);
+        let left = std::time::Instant::now();
+        while !queued(0) && left.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    holder_runtime.block_on(guard.unlock()).unwrap();
+}
