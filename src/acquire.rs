@@ -364,7 +364,8 @@ impl Acquisition<'_> {
     /// A caller's first round is a plain `SET NX`: free when nobody waits (a
     /// lock with waiters is held or handed on, never absent, so it does not
     /// jump the queue); the queue script from the second round on, or from
-    /// the first when this client's last call found the key taken (`Busy`).
+    /// the first when this client's last call found the key taken or
+    /// another call of it is making its plain first round there (`Busy`).
     fn take_turn(&mut self, lock: LockId) -> (Request, Option<Gates>) {
         let (ttl_ms, counter_key) = (self.ttl.millis, self.engine.config.counter_key().cloned());
         let claiming = std::mem::take(&mut self.claiming);
@@ -399,9 +400,18 @@ impl Acquisition<'_> {
         // ends at the call's deadline: the round then goes without one.
         let permit = match (&request, self.deadline) {
             (Request::Wait { .. }, Some(deadline)) => {
-                let permit = self.engine.queue_rounds.acquire();
-                let permit = tokio::time::timeout_at(deadline.into(), permit).await;
-                permit.ok().and_then(Result::ok)
+                let engine = &self.engine;
+                let rounds = match gates {
+                    Some(_) => &engine.claim_rounds,
+                    None => &engine.join_rounds,
+                };
+                match rounds.try_acquire() {
+                    Ok(permit) => Some(permit),
+                    Err(_) => {
+                        let permit = tokio::time::timeout_at(deadline.into(), rounds.acquire());
+                        permit.await.ok().and_then(Result::ok)
+                    }
+                }
             }
             _ => None,
         };
@@ -534,6 +544,12 @@ impl Acquisition<'_> {
     /// learns it next round.
     async fn clean_up(&mut self, in_flight: &mut InFlight, fenced: Option<FenceFailure>) -> Error {
         let elapsed = in_flight.decided_after;
+        // Every node's answer (or timeout) first, as the release needs
+        // anyway: the tickets of the nodes that answered after the round
+        // was decided count too. Left out, a later node's higher ticket
+        // was never written back, and that node sorted the waiter behind
+        // others until its claim: heads that differ, claims that split.
+        in_flight.round.collect(Until::All).await;
         let (highest, agree) = in_flight.round.tickets();
         let granted = in_flight.round.votes.granted;
         let place = match &mut self.waiting {
@@ -689,7 +705,8 @@ struct Waiting {
     joined: bool,
     /// Whether a node answered its last round by queueing it.
     queued: bool,
-    /// Before the call's first round, which is a plain `SET NX`.
+    /// Before the call's first round, which is a plain `SET NX` unless the
+    /// key is busy (see `queue::Busy`).
     first: bool,
     /// Set when nodes hold other tickets than `ticket`: the next round goes
     /// at once, to write it.
@@ -707,7 +724,7 @@ impl Waiting {
             watching: None,
             joined: false,
             queued: false,
-            first: !engine.busy.is_busy(key),
+            first: true,
             rewrite: false,
         }
     }
@@ -740,7 +757,12 @@ impl Waiting {
             let notified = listening.take();
             claiming.then(|| Gates::new(listening, notified, Instant::now() + queue::CLAIM_GRACE))
         });
-        if std::mem::replace(&mut self.first, false) {
+        // Of this client's calls on one key, one makes the plain first
+        // round at a time: the key counts as taken while it is under way,
+        // so that the others join the queue (in waves) instead of sending
+        // a burst of `SET NX` that the holder's nodes would refuse.
+        if std::mem::replace(&mut self.first, false) && !self.engine.busy.is_busy(&self.key) {
+            self.engine.busy.note(&self.key, true);
             return (gates, None);
         }
         self.joined = true;

@@ -65,9 +65,12 @@ pub(crate) struct Engine {
     pub(crate) session: Arc<Session>,
     /// Which keys `lock` last found taken.
     pub(crate) busy: queue::Busy,
-    /// Permits for the client's queue rounds in flight (see
-    /// [`queue::QUEUE_ROUNDS_IN_FLIGHT`]).
-    pub(crate) queue_rounds: tokio::sync::Semaphore,
+    /// Permits for the client's joins in flight (see
+    /// [`queue::JOIN_ROUNDS_IN_FLIGHT`]).
+    pub(crate) join_rounds: tokio::sync::Semaphore,
+    /// Permits for the client's claims in flight (see
+    /// [`queue::CLAIM_ROUNDS_IN_FLIGHT`]).
+    pub(crate) claim_rounds: tokio::sync::Semaphore,
     /// Releases and straggling calls that run after their caller moved on.
     pub(crate) background: Background,
 }
@@ -124,7 +127,8 @@ impl Engine {
                 notifications,
                 session,
                 busy: queue::Busy::new(),
-                queue_rounds: tokio::sync::Semaphore::new(queue::QUEUE_ROUNDS_IN_FLIGHT),
+                join_rounds: tokio::sync::Semaphore::new(queue::JOIN_ROUNDS_IN_FLIGHT),
+                claim_rounds: tokio::sync::Semaphore::new(queue::CLAIM_ROUNDS_IN_FLIGHT),
                 background,
             }
         })

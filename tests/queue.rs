@@ -578,3 +578,132 @@ fn the_heartbeat_starts_again_on_a_new_runtime() {
     }
     holder_runtime.block_on(guard.unlock()).unwrap();
 }
+
+/// Each node's queue for `resource`, waiter ids in order (empty where the
+/// node is not running).
+fn queue_orders(nodes: &[RedisServer], redlock: &Redlock, resource: &str) -> Vec<Vec<String>> {
+    let mut queue = redlock.key(resource).unwrap();
+    queue.extend_from_slice(b":quorlock-queue");
+    nodes
+        .iter()
+        .map(|node| {
+            redis::cmd("ZRANGE")
+                .arg(&queue)
+                .arg(0)
+                .arg(-1)
+                .query(&mut node.connection())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// Two clients' bursts of waiters, one client's requests reaching two of
+/// the five nodes late (as under load): it joins first on three nodes and
+/// after the other client on those two. Once all are queued, every node
+/// holds them in one order, so the nodes hand the lock to the same waiter.
+/// A join round is decided by the first three nodes; the tickets of the two
+/// that answered after it count too. Ignored, those nodes kept sorting the
+/// late client's waiters after the others until their claims, and the
+/// nodes' heads differed (claims split, hand-overs were retried).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_joins_leaves_every_node_with_one_order() {
+    const PER_CLIENT: usize = 100;
+    let nodes = servers(5);
+    let resource = "queue:burst";
+    let holder = patient_client(&nodes);
+    let held = holder.lock(resource, TTL).await.unwrap();
+    let slow = support::proxies(&nodes[3..], Duration::ZERO);
+    let mut slow_urls = support::urls(&nodes[..3]);
+    slow_urls.extend(support::proxy_urls(&slow));
+    let late = Redlock::builder(slow_urls)
+        .node_timeout(Duration::from_millis(500))
+        .acquire_timeout(PATIENT)
+        .build()
+        .unwrap();
+    // First contact, and its notification connections (opened when a call
+    // of it first waits), before the requests are slowed.
+    let warm_up = holder.lock("queue:burst-warm-up", TTL).await.unwrap();
+    let waited = tokio::spawn({
+        let late = late.clone();
+        async move { late.lock("queue:burst-warm-up", TTL).await?.unlock().await }
+    });
+    wait_queued(&nodes, &[0, 1, 2, 3, 4], &holder, "queue:burst-warm-up", 1).await;
+    warm_up.unlock().await.unwrap();
+    waited.await.unwrap().unwrap();
+    for proxy in &slow {
+        proxy.delay_requests(Duration::from_millis(150));
+    }
+    // One task per client polls all of its calls: they start at once.
+    let burst = |client: &Redlock| {
+        let calls = (0..PER_CLIENT).map(|_| {
+            let client = client.clone();
+            async move { client.lock(resource, TTL).await?.unlock().await }
+        });
+        tokio::spawn(futures::future::join_all(calls))
+    };
+    let first = burst(&late);
+    wait_queued(&nodes, &[0, 1, 2], &holder, resource, PER_CLIENT as i64).await;
+    let second = burst(&patient_client(&nodes));
+    let all = (2 * PER_CLIENT) as i64;
+    wait_queued(&nodes, &[0, 1, 2, 3, 4], &holder, resource, all).await;
+    // Ticket write-backs follow the joins: wait for them, not a time (a
+    // bound 50 times what they take on a loaded machine).
+    let agree = eventually(Duration::from_secs(5), || {
+        let orders = queue_orders(&nodes, &holder, resource);
+        orders.iter().all(|order| *order == orders[0])
+    })
+    .await;
+    let orders = queue_orders(&nodes, &holder, resource);
+    let differ: Vec<usize> = (1..orders.len())
+        .filter(|&index| orders[index] != orders[0])
+        .collect();
+    let heads: Vec<Option<&String>> = orders.iter().map(|order| order.first()).collect();
+    assert!(
+        agree,
+        "nodes {differ:?} order the waiters unlike node 0; heads: {heads:?}"
+    );
+    for proxy in &slow {
+        proxy.delay_requests(Duration::ZERO);
+    }
+    held.unlock().await.unwrap();
+    for waiter in [first, second] {
+        let calls = tokio::time::timeout(PATIENT, waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(calls.iter().all(Result::is_ok), "{calls:?}");
+    }
+}
+
+/// A client's many calls on a key that it does not know is taken make one
+/// plain `SET NX` round between them: while one is under way the key
+/// counts as taken, and the others join the queue (a bounded number at a
+/// time) instead of sending hundreds of `SET NX` that the holder's nodes
+/// would only refuse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_calls_on_a_taken_key_make_one_plain_round() {
+    const CALLS: usize = 200;
+    let nodes = servers(3);
+    let resource = "queue:burst-of-calls";
+    let (holder, waiter) = (patient_client(&nodes), patient_client(&nodes));
+    let held = holder.lock(resource, TTL).await.unwrap();
+    support::reset_stats(&nodes);
+    // One task polls them all: every call starts before any round of
+    // them could have come back.
+    let calls = (0..CALLS).map(|_| {
+        let waiter = waiter.clone();
+        async move { waiter.lock(resource, TTL).await?.unlock().await }
+    });
+    let all = tokio::spawn(futures::future::join_all(calls));
+    wait_queued(&nodes, &[0, 1, 2], &waiter, resource, CALLS as i64).await;
+    waiter.flush().await;
+    // Every queue round marks its client live with one `SET` inside the
+    // script: the `SET`s beyond the scripts' are the plain rounds.
+    let calls = support::command_calls(&nodes[..1]);
+    let plain = calls.get("set").copied().unwrap_or(0) as i64
+        - calls.get("evalsha").copied().unwrap_or(0) as i64;
+    assert!(plain <= 3, "{plain} plain SET rounds on node 0: {calls:?}");
+    held.unlock().await.unwrap();
+    let all = tokio::time::timeout(PATIENT, all).await.unwrap().unwrap();
+    assert!(all.iter().all(Result::is_ok), "{all:?}");
+}
