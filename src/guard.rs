@@ -200,7 +200,10 @@ impl LockGuard {
 
     /// Releases the lock on every node (a token-checked delete) and consumes
     /// the guard. It returns once a quorum confirmed the release, or else once
-    /// every node answered (each bounded by the per-node timeout).
+    /// every node answered (each bounded by the per-node timeout). A client
+    /// has at most 64 unlocks under way at a time; more wait for their
+    /// turn, so that thousands of locks released at one instant are answered
+    /// within the per-node timeout rather than reported unconfirmed.
     ///
     /// # Errors
     ///
@@ -218,6 +221,11 @@ impl LockGuard {
         // A keeper stops before the release goes out.
         self.lease.end((LostReason::Released, None));
         let span = tracing::debug_span!("quorlock.unlock", resource = %self.shown_resource());
+        let unlocks = &self.engine.unlocks;
+        let _permit = match unlocks.try_acquire() {
+            Ok(permit) => Some(permit),
+            Err(_) => unlocks.acquire().await.ok(),
+        };
         let mut round = tasks::in_span!(
             span.clone(),
             (self.engine).release(&self.lock, Place::None, To::All, Until::QuorumOrAll)

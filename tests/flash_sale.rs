@@ -144,9 +144,13 @@ fn a_sigkilled_client_with_hundreds_of_waiters_stops_blocking(
     })
 }
 
-/// One client holds 5,000 locks; another has one waiting `lock` call per
-/// resource (patience 10 s); all 5,000 are released at once: every waiter
-/// acquires.
+/// One client holds 5,000 locks (default options); another has one waiting
+/// `lock` call per resource (patience 10 s); all 5,000 are released at
+/// once: the releases are confirmed (a client's unlocks go in waves that
+/// the nodes answer within the per-node timeout; with both cores busy up
+/// to 3 % straggled past it, so 10 % is allowed; all at once left 94 %
+/// unconfirmed)
+/// and every waiter acquires.
 fn thousands_of_waiters_on_distinct_resources_released_at_once_all_acquire(
     runtime: &tokio::runtime::Runtime,
 ) -> Outcome {
@@ -166,10 +170,10 @@ fn thousands_of_waiters_on_distinct_resources_released_at_once_all_acquire(
             handover.unconfirmed,
         );
         check(
-            handover.acquired == RESOURCES,
+            handover.acquired == RESOURCES && handover.unconfirmed <= RESOURCES / 10,
             format!(
-                "{} of {RESOURCES} acquired; errors: {:?}",
-                handover.acquired, handover.errors
+                "{} of {RESOURCES} acquired, {} releases unconfirmed; errors: {:?}",
+                handover.acquired, handover.unconfirmed, handover.errors
             ),
         )
     })
