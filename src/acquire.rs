@@ -401,8 +401,9 @@ impl Acquisition<'_> {
         let permit = match (&request, self.deadline) {
             (Request::Wait { .. }, Some(deadline)) => {
                 let engine = &self.engine;
-                let rounds = match gates {
-                    Some(_) => &engine.claim_rounds,
+                let rounds = match &gates {
+                    Some(gates) if gates.told() => &engine.claim_rounds,
+                    Some(_) => &engine.look_rounds,
                     None => &engine.join_rounds,
                 };
                 match rounds.try_acquire() {

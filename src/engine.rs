@@ -80,9 +80,12 @@ pub(crate) struct Engine {
     /// Permits for the client's joins in flight (see
     /// [`queue::JOIN_ROUNDS_IN_FLIGHT`]).
     pub(crate) join_rounds: tokio::sync::Semaphore,
-    /// Permits for the client's claims in flight (see
-    /// [`queue::CLAIM_ROUNDS_IN_FLIGHT`]).
+    /// Permits for the client's claims in flight that a handoff message
+    /// started (see [`queue::CLAIM_ROUNDS_IN_FLIGHT`]).
     pub(crate) claim_rounds: tokio::sync::Semaphore,
+    /// Permits for the client's claims in flight on a node that may have
+    /// handed it on unheard (see [`queue::LOOK_ROUNDS_IN_FLIGHT`]).
+    pub(crate) look_rounds: tokio::sync::Semaphore,
     /// Permits for the client's `unlock` rounds in flight (see
     /// [`UNLOCKS_IN_FLIGHT`]).
     pub(crate) unlocks: tokio::sync::Semaphore,
@@ -144,6 +147,7 @@ impl Engine {
                 busy: queue::Busy::new(),
                 join_rounds: tokio::sync::Semaphore::new(queue::JOIN_ROUNDS_IN_FLIGHT),
                 claim_rounds: tokio::sync::Semaphore::new(queue::CLAIM_ROUNDS_IN_FLIGHT),
+                look_rounds: tokio::sync::Semaphore::new(queue::LOOK_ROUNDS_IN_FLIGHT),
                 unlocks: tokio::sync::Semaphore::new(UNLOCKS_IN_FLIGHT),
                 background,
             }

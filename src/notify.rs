@@ -44,8 +44,19 @@ const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 pub(crate) const WAKE_CHANNEL_PREFIX: &str = "quorlock-wake:";
 
 /// The nodes that reserved a key for one waiter since it last looked: bit
-/// `i` for node `i` (nodes past the 64th share the last bit).
+/// `i` for node `i` (nodes past the 63rd share bit 62), and [`TOLD`] once a
+/// node's handoff message arrived (not only a guess that one may have).
 type Reserved = watch::Sender<u64>;
+
+/// The bit of a waiter's [`Reserved`] set when a node's handoff message
+/// named it, as opposed to every waiter being told to look at a node
+/// (`possibly_reserved`, a (re)subscribed connection).
+pub(crate) const TOLD: u64 = 1 << 63;
+
+/// The bit of node `index` in a waiter's [`Reserved`].
+fn node_bit(index: usize) -> u64 {
+    1 << index.min(62)
+}
 
 /// The listening waiters of one client, by waiter id.
 type Wanted = Arc<Mutex<HashMap<Arc<str>, Reserved>>>;
@@ -200,7 +211,7 @@ impl Listening {
 
     /// How many nodes reserved the key for this waiter since [`take`](Self::take).
     pub(crate) fn reserved(&mut self) -> usize {
-        self.reserved.borrow_and_update().count_ones() as usize
+        (*self.reserved.borrow_and_update() & !TOLD).count_ones() as usize
     }
 
     /// Waits for a handoff notification not yet looked at.
@@ -222,7 +233,7 @@ impl Drop for Listening {
 
 /// Every waiter in `wanted` takes node `index` as possibly reserved for it.
 fn mark_all(wanted: &Wanted, index: usize) {
-    let bit = 1u64 << index.min(63);
+    let bit = node_bit(index);
     for reserved in lock(wanted).values() {
         reserved.send_modify(|nodes| *nodes |= bit);
     }
@@ -252,7 +263,7 @@ impl Subscription {
         };
         if let Some(reserved) = lock(wanted).get(waiter) {
             meter::notification_received();
-            reserved.send_modify(|nodes| *nodes |= 1u64 << self.index.min(63));
+            reserved.send_modify(|nodes| *nodes |= node_bit(self.index) | TOLD);
             return;
         }
         if let Some(orphaned) = &self.orphaned {
@@ -351,7 +362,7 @@ impl Gates {
     /// Waits until node `index` told, or until `until`; `true` if the call
     /// may go then, `false` if the round was decided before.
     pub(crate) fn node(&self, index: usize) -> impl Future<Output = bool> + Send + 'static {
-        let bit = 1u64 << index.min(63);
+        let bit = node_bit(index);
         let told = self.notified & bit != 0;
         let (mut reserved, until) = (self.reserved.clone(), self.until);
         let closed = self.closed.clone();
@@ -362,6 +373,12 @@ impl Gates {
             }
             !closed.load(Ordering::Acquire)
         }
+    }
+
+    /// Whether a node's handoff message named the waiter before the round
+    /// (rather than every waiter being told to look at a node).
+    pub(crate) fn told(&self) -> bool {
+        self.notified & TOLD != 0
     }
 
     /// The round is decided: calls whose gate has not opened are not sent.
@@ -385,6 +402,34 @@ mod tests {
         assert_eq!(waiter, "orders:quorlock-client:q0123.42");
         // The key is everything after the first space, spaces and all.
         assert_eq!(key, b"orders:stock item 7");
+    }
+
+    /// A node's handoff message marks its node and that it told; every
+    /// waiter told to look at a node (a (re)opened connection, a lost
+    /// liveness key) gets the node only, so that its claim takes the
+    /// narrower lane (`queue::LOOK_ROUNDS_IN_FLIGHT`).
+    #[test]
+    fn a_handoff_message_tells_and_a_guess_only_looks() {
+        let live_key = "orders:quorlock-client:q0123";
+        let notifications =
+            Notifications::new(Vec::new(), Duration::from_secs(1), "q0123".into(), live_key);
+        let waiter = notifications.new_waiter();
+        let mut listening = notifications.listen(&waiter);
+        notifications.possibly_reserved(1);
+        assert_eq!(listening.reserved(), 1);
+        assert_eq!(listening.take(), node_bit(1));
+        let subscription = Subscription {
+            index: 2,
+            client: Client::open("redis://127.0.0.1:1").expect("a client is only a URL"),
+            connect_timeout: Duration::from_secs(1),
+            channel: String::new(),
+            waiter_prefix: notifications.waiter_prefix.clone(),
+            orphaned: None,
+        };
+        let message = format!("{waiter} orders:stock");
+        subscription.deliver(&notifications.wanted, message.as_bytes());
+        assert_eq!(listening.reserved(), 1);
+        assert_eq!(listening.take(), node_bit(2) | TOLD);
     }
 
     #[test]

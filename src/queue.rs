@@ -73,7 +73,8 @@
 //! - A queue lives `QUEUE_LIFETIME` (60 s) after the last round or check that
 //!   touched it: only a queue nobody waits on any more expires.
 //! - Each client has at most [`JOIN_ROUNDS_IN_FLIGHT`] joins (and
-//!   [`CLAIM_ROUNDS_IN_FLIGHT`] claims) under way: the thousands of callers
+//!   [`CLAIM_ROUNDS_IN_FLIGHT`] claims, [`LOOK_ROUNDS_IN_FLIGHT`] of them
+//!   on a mere chance of a handoff) under way: the thousands of callers
 //!   of a flash sale join in waves rather than queue thousands of scripts
 //!   on each node at one instant, and a hand-over's claim never waits for a
 //!   join. Of the calls of one client on one key, only one makes the plain
@@ -203,19 +204,24 @@ pub(crate) const RESERVED_PREFIX: &str = "quorlock-next:";
 /// every waiter's round fails at once and is retried, adding to the load.
 /// Joins are not on the hand-over's path, so they can wait: 10,000 waiters
 /// from 8 processes on 5 nodes (2 cores) were served at 365 a second with
-/// 64 joins in flight per client, 463 with 8, 458 with 4.
+/// 64 joins in flight per client, 463 with 8, 458 with 4 (medians of 3,
+/// claims already in a lane of their own).
 pub(crate) const JOIN_ROUNDS_IN_FLIGHT: usize = 8;
 
-/// The most claim rounds one client has in flight at once. A claim is a
-/// hand-over and never waits behind joins; a client has about one claim
-/// per lock whose handoff it was told of, except when every waiter of it
-/// claims at once: after its notification connection was (re)opened, or
-/// a node lost its liveness key (see `notify.rs`, `session.rs`): the burst
-/// this bounds. (Flash sales of 10,000, 3 runs each: 460, 484, 414 served
-/// a second with 16; 431, 480, 359 with 256, whose slow run had such a
-/// burst. Releases of thousands of locks at once are paced by the
-/// holder's unlocks, and 1,000 hand-overs took as long with either.)
-pub(crate) const CLAIM_ROUNDS_IN_FLIGHT: usize = 16;
+/// The most claim rounds started by a handoff message one client has in
+/// flight at once. A claim is a hand-over and never waits behind joins; a
+/// client has about one per lock it was told of: one in a flash sale,
+/// thousands when thousands of locks it waits on are released at once.
+pub(crate) const CLAIM_ROUNDS_IN_FLIGHT: usize = 256;
+
+/// The most claim rounds one client has in flight at once on a node that
+/// *may* have handed the lock on unheard: after the client's notification
+/// connection to it was (re)opened, or it lost the client's liveness key
+/// (see `notify.rs`, `session.rs`), every waiter of the client looks there
+/// at once, the burst this bounds. (Flash sales of 10,000, 3 runs each,
+/// when both kinds shared one lane: 460, 484, 414 served a second with 16;
+/// 431, 480, 359 with 256, whose slow run had such a burst.)
+pub(crate) const LOOK_ROUNDS_IN_FLIGHT: usize = 16;
 
 /// The suffix of the queue's key next to a lock key.
 pub(crate) const QUEUE_SUFFIX: &[u8] = b":quorlock-queue";
@@ -247,8 +253,9 @@ const BUSY_SLOTS: usize = 64;
 /// first round on: a `lock` call on one of them skips the plain `SET NX`
 /// first round (it would find the key held or handed on, or would race
 /// the call already making one) and runs the queue script at once, which
-/// joins the queue or takes a free lock just the same. A hint, never a decision: it changes
-/// which of two correct rounds is sent, not what a node grants. A key whose
+/// joins the queue or takes a free lock just the same. A hint, never a
+/// decision: it changes which of two correct rounds is sent, not what a
+/// node grants. A key whose
 /// slot another shares may be guessed wrong, costing a round its cheaper
 /// form; the next first round corrects it.
 #[derive(Debug)]
