@@ -26,7 +26,8 @@
 //! `INFO commandstats`: `EVALSHA`, `EVAL`, `PING`, `SUBSCRIBE`,
 //! `UNSUBSCRIBE`, and for rslock its direct `SET`s; commands that scripts run
 //! inside are not requests; quorlock's direct `SET`s, one per node in a
-//! call's first round unless the client found the key taken last time,
+//! call's first round unless the client found the key taken last time (or
+//! another of its calls on the key is making its first round),
 //! cannot be told apart from the `SET`s its scripts run and are counted as 5
 //! for every call: for quorlock the figure is an upper bound), over all
 //! nodes, per acquisition. An
