@@ -401,18 +401,12 @@ impl Acquisition<'_> {
         let permit = match (&request, self.deadline) {
             (Request::Wait { .. }, Some(deadline)) => {
                 let engine = &self.engine;
-                let rounds = match &gates {
+                let lane = match &gates {
                     Some(gates) if gates.told() => &engine.claim_rounds,
                     Some(_) => &engine.look_rounds,
                     None => &engine.join_rounds,
                 };
-                match rounds.try_acquire() {
-                    Ok(permit) => Some(permit),
-                    Err(_) => {
-                        let permit = tokio::time::timeout_at(deadline.into(), rounds.acquire());
-                        permit.await.ok().and_then(Result::ok)
-                    }
-                }
+                crate::engine::lane_permit(lane, Some(deadline)).await
             }
             _ => None,
         };

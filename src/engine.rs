@@ -65,6 +65,28 @@ pub(crate) enum To<'a> {
 /// in `LockGuard::unlock`'s docs.)
 pub(crate) const UNLOCKS_IN_FLIGHT: usize = 64;
 
+/// A permit of `lane`, one of the client's bounds on rounds in flight: at
+/// once when one is free, else when one frees up, or at `deadline` without
+/// one (the round then goes anyway: a call's patience is not spent
+/// waiting for its turn). `None` also if the lane was closed (never).
+///
+/// Cancel safe: a permit not yet granted is never taken.
+pub(crate) async fn lane_permit(
+    lane: &tokio::sync::Semaphore,
+    deadline: Option<Instant>,
+) -> Option<tokio::sync::SemaphorePermit<'_>> {
+    if let Ok(permit) = lane.try_acquire() {
+        return Some(permit);
+    }
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline.into(), lane.acquire())
+            .await
+            .ok()
+            .and_then(Result::ok),
+        None => lane.acquire().await.ok(),
+    }
+}
+
 /// What every clone of a [`Redlock`](crate::Redlock) and every guard share.
 #[derive(Debug)]
 pub(crate) struct Engine {

@@ -221,11 +221,7 @@ impl LockGuard {
         // A keeper stops before the release goes out.
         self.lease.end((LostReason::Released, None));
         let span = tracing::debug_span!("quorlock.unlock", resource = %self.shown_resource());
-        let unlocks = &self.engine.unlocks;
-        let _permit = match unlocks.try_acquire() {
-            Ok(permit) => Some(permit),
-            Err(_) => unlocks.acquire().await.ok(),
-        };
+        let _permit = crate::engine::lane_permit(&self.engine.unlocks, None).await;
         let mut round = tasks::in_span!(
             span.clone(),
             (self.engine).release(&self.lock, Place::None, To::All, Until::QuorumOrAll)
