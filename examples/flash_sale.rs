@@ -87,6 +87,15 @@ fn summary(label: &str, values: &mut [f64], unit: &str) {
     );
 }
 
+/// The medians of `runs` runs: one line per `(label, unit)`, from the
+/// figure at the same place in `figures`.
+fn summaries(runs: usize, labels: &[(&str, &str)], figures: &mut [Vec<f64>]) {
+    println!("  medians of {runs}:");
+    for ((label, unit), values) in labels.iter().zip(figures.iter_mut()) {
+        summary(label, values, unit);
+    }
+}
+
 /// `runs` flash sales of `processes × tasks` callers.
 fn sales(
     exe: &std::path::Path,
@@ -125,7 +134,6 @@ fn sales(
             return Err(format!("{} overlaps", sale.overlaps).into());
         }
     }
-    println!("  medians of {runs}:");
     let labels = [
         ("served per second", "/s"),
         ("failed calls", ""),
@@ -135,9 +143,7 @@ fn sales(
         ("node-0 commands per served", ""),
         ("node-0 CPU per served", "µs"),
     ];
-    for ((label, unit), values) in labels.iter().zip(figures.iter_mut()) {
-        summary(label, values, unit);
-    }
+    summaries(runs, &labels, &mut figures);
     Ok(())
 }
 
@@ -184,7 +190,6 @@ fn hand_overs(
             figure.push(value);
         }
     }
-    println!("  medians of {runs}:");
     let labels = [
         ("acquired", ""),
         ("delay p50", "ms"),
@@ -192,9 +197,7 @@ fn hand_overs(
         ("delay of the last", "ms"),
         ("release of all", "ms"),
     ];
-    for ((label, unit), values) in labels.iter().zip(figures.iter_mut()) {
-        summary(label, values, unit);
-    }
+    summaries(runs, &labels, &mut figures);
     Ok(())
 }
 
