@@ -92,9 +92,11 @@ use std::time::{Duration, Instant};
 use rand::RngExt;
 
 use crate::answer::Answer;
+use crate::changes::Holding;
 use crate::engine::{Engine, To};
 use crate::error::{Error, Result, show_resource, show_resources};
 use crate::guard::LockGuard;
+use crate::lease::Lease;
 use crate::meter::{self, Meter};
 use crate::notify::{Gates, Listening};
 use crate::queue::{self, Place};
@@ -417,6 +419,8 @@ impl Acquisition<'_> {
             _ => None,
         };
         let mut in_flight = InFlight {
+            // Read before the round is sent: see `changes.rs`.
+            changes_before: self.engine.standings.changes().now(),
             engine: self.engine.clone(),
             round: self.engine.ask(&request, to),
             lock,
@@ -522,14 +526,18 @@ impl Acquisition<'_> {
             waiting.won(in_flight.round.finish_later());
         }
         in_flight.settled = true;
+        let holding = Holding::new(
+            self.engine.standings.changes().clone(),
+            in_flight.round.counted_grants(),
+            in_flight.changes_before,
+            in_flight.round.votes.quorum,
+        );
         LockGuard::acquired(
             self.engine.clone(),
             in_flight.lock.clone(),
             self.resources.first().map_or(0, |resource| resource.len()),
-            self.ttl,
-            in_flight.start,
+            Lease::new(self.ttl, in_flight.start, self.meter.clone(), holding),
             fencing_token,
-            self.meter.clone(),
         )
     }
 
@@ -872,6 +880,8 @@ struct InFlight {
     round: Round,
     /// When the round started: its validity counts from here.
     start: Instant,
+    /// The client's server changes before the round started.
+    changes_before: u64,
     /// How long the round took to be decided.
     decided_after: Duration,
     /// Won (a guard took over the keys) or released.

@@ -201,7 +201,7 @@ impl fmt::Display for NotCounted {
                 why,
                 counts_in,
             } => {
-                write!(f, "recovering from a restart ({why}; run_id ")?;
+                write!(f, "recovering from a restart or failover ({why}; run_id ")?;
                 if let Some(previous) = previous_run_id {
                     write!(f, "{} -> ", short(previous))?;
                 }

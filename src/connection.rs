@@ -19,7 +19,12 @@
 //! - **Broken connections are replaced.** A call that finds the connection
 //!   closed or corrupt (an I/O or protocol error, also the closed channel of
 //!   a connection whose driver task died with its runtime) drops it, and a
-//!   new attempt starts at once on the caller's runtime.
+//!   new attempt starts at once on the caller's runtime. A `redis://` or
+//!   `unix://` connection that closes (its driver ends) is replaced without
+//!   waiting for a call, by attempts that go on, each after a longer pause
+//!   (up to 2 s), until one connects: so a new server behind the node (a
+//!   restart, a failover) is checked, and the locks held there are told,
+//!   at once.
 //! - **Runtimes end.** The connection's driver task runs on the runtime that
 //!   connected it. The attempt's own task stays on that runtime while the
 //!   connection is in use; when it is dropped (the runtime shut down, and the
@@ -60,6 +65,9 @@ use crate::answer::NodeErrorKind;
 /// How long a failed connection attempt answers calls with its error before
 /// the next attempt is made.
 pub(crate) const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// The longest pause between the attempts that follow a closed connection.
+const RECONNECT_PAUSE_MAX: Duration = Duration::from_secs(2);
 
 /// Why no connection could be had.
 type Failure = NodeErrorKind;
@@ -229,6 +237,36 @@ impl Link {
         }
     }
 
+    /// The connection that attempt `attempt` made has closed (its driver
+    /// ended: the server went away, or the link dropped it): if it is still
+    /// the link's, a task connects again at once, and on failure again and
+    /// again, pausing longer each time up to [`RECONNECT_PAUSE_MAX`], until a
+    /// connection is made or the link is dropped. So the new server behind
+    /// the node is checked without waiting for a call, and a change of
+    /// server (a restart, a failover) is told to the locks it may have lost
+    /// at once (see `changes.rs`).
+    fn closed(&self, attempt: u64) {
+        if !matches!(self.state().1, State::Ready { id, .. } if id == attempt) {
+            return;
+        }
+        self.broken(attempt);
+        let link = self.me.clone();
+        crate::tasks::spawn(async move {
+            let mut pause = RETRY_PAUSE;
+            loop {
+                let Some(current) = link.upgrade() else {
+                    return;
+                };
+                if current.connection().await.is_ok() {
+                    return;
+                }
+                drop(current);
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(RECONNECT_PAUSE_MAX);
+            }
+        });
+    }
+
     /// Records a connection attempt as under way and returns it, with its
     /// task to start on the current runtime once the state is unlocked
     /// ([`Launch::run`]): a runtime that is shutting down drops a new task
@@ -243,12 +281,13 @@ impl Link {
         let timeout = self.connect_timeout;
         let check = self.check.clone();
         let traffic = self.traffic.clone();
+        let closed = closed_by(self.me.clone(), id);
         let attempt: Attempt = async move {
             let config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(timeout))
                 .set_response_timeout(None);
             let connect = async {
-                let connection = connect(&client, &config, traffic)
+                let connection = connect(&client, &config, traffic, closed)
                     .await
                     .map_err(|err| connect_failure(err, timeout))?;
                 check(connection.clone()).await?;
@@ -370,6 +409,15 @@ impl Drop for Settle {
     }
 }
 
+/// What runs when the connection of `link`'s attempt `id` closes.
+fn closed_by(link: Weak<Link>, id: u64) -> impl FnOnce() + Send + 'static {
+    move || {
+        if let Some(link) = link.upgrade() {
+            link.closed(id);
+        }
+    }
+}
+
 /// The failure of a connection attempt that got an error.
 fn connect_failure(err: RedisError, timeout: Duration) -> Failure {
     if err.is_timeout() {
@@ -393,10 +441,13 @@ pub(crate) fn is_broken(err: &RedisError) -> bool {
 /// has the default TCP settings, of which only `TCP_NODELAY` (off) applies
 /// to a plain socket, and the handshake (`AUTH`, `SELECT`, the protocol) is
 /// the crate's own, in `MultiplexedConnection::new_with_config`.
+/// `closed` runs when the driver of such a connection ends (a `rediss://`
+/// connection's end is seen only by the next call on it).
 async fn connect(
     client: &Client,
     config: &AsyncConnectionConfig,
     traffic: Arc<Traffic>,
+    closed: impl FnOnce() + Send + 'static,
 ) -> Result<MultiplexedConnection, RedisError> {
     let info = client.get_connection_info();
     let (connection, driver) = match info.addr() {
@@ -417,7 +468,11 @@ async fn connect(
         }
     };
     // The attempt runs as a task: a runtime is there.
-    if !crate::tasks::spawn(Coalescing::new(driver, traffic)) {
+    let driven = async move {
+        Coalescing::new(driver, traffic).await;
+        closed();
+    };
+    if !crate::tasks::spawn(driven) {
         return Err(std::io::Error::other("no tokio runtime to run the connection on").into());
     }
     Ok(connection)

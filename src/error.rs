@@ -296,6 +296,17 @@ pub enum LostReason {
     /// The configured maximum hold time or number of extensions was reached,
     /// so the lock was left to run out.
     LimitReached,
+    /// The server behind a node that holds the lock changed (it restarted,
+    /// or a replica took over as its primary: a failover) and may have lost
+    /// the lock's key, leaving fewer than a quorum of nodes that surely hold
+    /// it. Told as soon as the client sees the change, not at the next
+    /// extension.
+    ServerChanged {
+        /// The node whose change left too few holders (`host:port`).
+        node: String,
+        /// The new server's `run_id`, where known.
+        run_id: String,
+    },
     /// The holder released the lock, or gave it up: the guard was unlocked,
     /// dropped or forgotten. Only [`LockGuard::lost`](crate::LockGuard::lost)
     /// futures that outlive their guard tell this.
@@ -325,6 +336,11 @@ impl fmt::Display for LostReason {
                 write!(f, "too few nodes reachable to extend ({votes})")
             }
             LostReason::LimitReached => f.write_str("maximum hold time or extension count reached"),
+            LostReason::ServerChanged { node, run_id } => write!(
+                f,
+                "the server behind node {node} changed (now run_id {run_id}: a restart or a \
+                 failover) and may have lost the key, leaving fewer than a quorum of holders"
+            ),
             LostReason::Released => f.write_str("released by its holder"),
         }
     }

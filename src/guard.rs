@@ -14,9 +14,8 @@ use crate::answer::NodeError;
 use crate::engine::{Engine, To};
 use crate::error::{Error, LostReason, Result, show_resources};
 use crate::lease::{self, Ending, Lease};
-use crate::meter::Meter;
 use crate::queue::Place;
-use crate::quorum::{Ttl, Unlocked};
+use crate::quorum::Unlocked;
 use crate::request::LockId;
 use crate::round::Until;
 use crate::tasks;
@@ -61,22 +60,20 @@ impl fmt::Debug for LockGuard {
 
 impl LockGuard {
     /// The guard of `lock` (on a resource `resource_len` bytes long), won
-    /// by a round that started at `start`, with its fencing token. Armed:
-    /// it releases the keys when dropped without `unlock`.
+    /// with `lease`, with its fencing token. Armed: it releases the keys
+    /// when dropped without `unlock`.
     pub(crate) fn acquired(
         engine: Arc<Engine>,
         lock: LockId,
         resource_len: usize,
-        ttl: Ttl,
-        start: Instant,
+        lease: Lease,
         fencing_token: Option<u64>,
-        meter: Meter,
     ) -> Self {
         LockGuard {
             engine,
             lock,
             resource_len,
-            lease: Arc::new(Lease::new(ttl, start, meter)),
+            lease: Arc::new(lease),
             armed: true,
             fencing_token,
         }

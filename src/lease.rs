@@ -67,6 +67,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::answer::NodeError;
+use crate::changes::Holding;
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::error::LostReason;
@@ -91,6 +92,8 @@ pub(crate) struct Lease {
     meter: Meter,
     /// Set once the loss was counted in the metrics.
     loss_noted: AtomicBool,
+    /// The nodes that hold the lock, to tell when their servers changed.
+    holding: Holding,
 }
 
 /// What a lease knows at one moment.
@@ -112,10 +115,14 @@ pub(crate) struct Validity {
 }
 
 impl Validity {
-    /// What ended the lease at `now`, if it has ended.
-    fn ending_at(&self, now: Instant) -> Option<Ending> {
+    /// What ended the lease at `now`, if it has ended: its end, the change
+    /// of too many of its holders' servers (see `changes.rs`), or its expiry.
+    fn ending_at(&self, now: Instant, holding: &Holding) -> Option<Ending> {
         if let Some(ending) = &self.ended {
             return Some(ending.clone());
+        }
+        if let Some((node, run_id)) = holding.lost() {
+            return Some((LostReason::ServerChanged { node, run_id }, None));
         }
         (now >= self.valid_until)
             .then(|| (self.on_expiry.clone()).unwrap_or((LostReason::Expired, None)))
@@ -123,8 +130,9 @@ impl Validity {
 }
 
 impl Lease {
-    /// The lease of a lock won by a round that started at `start`.
-    pub(crate) fn new(ttl: Ttl, start: Instant, meter: Meter) -> Self {
+    /// The lease of a lock won by a round that started at `start`, held on
+    /// the nodes of `holding`.
+    pub(crate) fn new(ttl: Ttl, start: Instant, meter: Meter, holding: Holding) -> Self {
         let validity = Mutex::new(Validity {
             ttl,
             valid_until: ttl.valid_until(start),
@@ -140,6 +148,7 @@ impl Lease {
             acquired_at: start,
             meter,
             loss_noted: AtomicBool::new(false),
+            holding,
         }
     }
 
@@ -179,9 +188,12 @@ impl Lease {
 
     /// The validity left: zero once it ran out or the lease ended.
     pub(crate) fn remaining(&self) -> Duration {
-        self.read(|v| match v.ended {
-            Some(_) => Duration::ZERO,
-            None => v.valid_until.saturating_duration_since(Instant::now()),
+        self.read(|v| {
+            let now = Instant::now();
+            match v.ending_at(now, &self.holding) {
+                Some(_) => Duration::ZERO,
+                None => v.valid_until.saturating_duration_since(now),
+            }
         })
     }
 
@@ -217,6 +229,7 @@ impl Lease {
             loop {
                 // Made before the read: a change after it wakes this.
                 let changed = lease.changed.notified();
+                let noted = lease.holding.changes().noted.notified();
                 let valid_until = match lease.check() {
                     Ok(ending) => {
                         lease.note_loss(&ending.0);
@@ -227,6 +240,7 @@ impl Lease {
                 tokio::select! {
                     biased;
                     () = changed => {}
+                    () = noted => {}
                     () = tokio::time::sleep_until(valid_until.into()) => {}
                 }
             }
@@ -236,7 +250,10 @@ impl Lease {
     /// The lease's end, read with the clock under the lease's lock, if it
     /// has ended; else until when it is valid.
     fn check(&self) -> Result<Ending, Instant> {
-        self.read(|v| v.ending_at(Instant::now()).ok_or(v.valid_until))
+        self.read(|v| {
+            v.ending_at(Instant::now(), &self.holding)
+                .ok_or(v.valid_until)
+        })
     }
 
     /// One extension round to `ttl`: caps the validity, asks every node,
@@ -265,7 +282,7 @@ impl Lease {
         let mut outcome = Err((LostReason::Expired, None));
         self.change(|v| {
             let start = Instant::now();
-            if let Some(ending) = v.ending_at(start) {
+            if let Some(ending) = v.ending_at(start, &self.holding) {
                 outcome = Err(ending);
                 return false;
             }
@@ -289,7 +306,7 @@ impl Lease {
         self.change(|v| {
             // Read here, under the lease's lock: see "When the loss is told".
             let finished = Instant::now();
-            if let Some(ending) = v.ending_at(finished) {
+            if let Some(ending) = v.ending_at(finished, &self.holding) {
                 outcome = Err(ending);
             } else if votes.has_quorum() {
                 let new_valid_until = ttl.valid_until(start);
@@ -339,8 +356,9 @@ impl Lease {
         loop {
             // Made before the read: a change after it wakes this.
             let changed = self.changed.notified();
+            let noted = self.holding.changes().noted.notified();
             let read = self.read(|v| {
-                if let Some((reason, _)) = v.ending_at(Instant::now()) {
+                if let Some((reason, _)) = v.ending_at(Instant::now(), &self.holding) {
                     return Err(reason);
                 }
                 let renew_at = retry_at.unwrap_or_else(|| {
@@ -366,6 +384,7 @@ impl Lease {
                 biased;
                 _ = tokio::time::sleep_until(valid_until.into()) => {}
                 () = changed => {}
+                () = noted => {}
                 _ = tokio::time::sleep_until(renew_at.into()), if can_extend => {
                     let round = self.extend(engine, lock, None);
                     let outcome = tokio::select! {

@@ -44,9 +44,11 @@
 //! 8. `node.rs`: one node's calls, each bounded by the per-node timeout, and
 //!    the probe of a node that timed out; `connection.rs`: its connection
 //!    (the connect timeout, reconnects); `standing.rs`: whose votes count
-//!    ([`NotCounted`]: unchecked, unresponsive, recovering from a restart)
-//!    and the check every connection passes, with the restart safety
-//!    argument; `scripts.rs`: the Lua.
+//!    ([`NotCounted`]: unchecked, unresponsive, recovering from a restart
+//!    or failover) and the check every connection passes, with the restart
+//!    and failover safety argument; `changes.rs`: the changes of server that
+//!    tell a held lock at once that its keys may be gone
+//!    ([`LostReason::ServerChanged`]); `scripts.rs`: the Lua.
 //! 9. `session.rs`: the client's liveness on the nodes, whose heartbeat
 //!    keeps all its waiters' places and checks the keys they wait on;
 //!    `queue.rs`: the queue of waiters on the nodes (fairness across
@@ -279,6 +281,7 @@
 #![warn(missing_docs)]
 
 mod answer;
+mod changes;
 mod meter;
 mod quorum;
 mod tasks;

@@ -319,6 +319,15 @@ impl Round {
         NodeSet(at.into())
     }
 
+    /// The nodes whose grant counts (by index): the holders of a won round.
+    pub(crate) fn counted_grants(&self) -> Box<[usize]> {
+        (self.answers.iter().enumerate())
+            .filter(|(index, _)| !self.not_counted.iter().any(|(node, _)| node == index))
+            .filter(|(_, answer)| answer.as_ref().is_some_and(Answer::is_granted))
+            .map(|(index, _)| index)
+            .collect()
+    }
+
     /// Each node whose grant counts and carries a fencing counter, with it.
     fn counters(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
         (self.answers.iter().enumerate())

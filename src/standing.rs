@@ -6,10 +6,11 @@
 //! - **unresponsive**: its last call timed out and it has not answered a
 //!   probe since; it is not even asked (one more request would only pile up
 //!   behind a frozen server: see `node.rs`);
-//! - **recovering**: it restarted and may have lost its keys; it *is* asked
-//!   (so that it learns the locks taken meanwhile, and its keys are released
-//!   like any other), but its grants do not count until the restart grace
-//!   has passed since it came back.
+//! - **recovering**: the server behind it changed (it restarted, or a
+//!   replica took over as primary: a failover) and may have lost keys; it
+//!   *is* asked (so that it learns the locks taken meanwhile, and its keys
+//!   are released like any other), but its grants do not count until the
+//!   grace has passed since it came back.
 //!
 //! Not counting a vote can only withhold a lock, never grant one.
 //!
@@ -18,17 +19,28 @@
 //! Every connection to a node, the first and each one after a break, is
 //! checked before any call may use it (`connection.rs` runs the check as the
 //! last step of connecting, within the connect timeout). One round trip asks
-//! `INFO server` (`run_id`, `uptime_in_seconds`), `ROLE`, `CONFIG GET
-//! appendonly`, `CONFIG GET appendfsync`, and `SMEMBERS` of the node's
-//! *record* (the key prefix followed by [`RECORD_SUFFIX`]: the `run_id`s of
-//! the incarnations, of any node of the lock, whose votes have counted), and
-//! `SADD`s to that record the `run_id`s this client knows to count, with the
-//! client's `SCRIPT LOAD`s. The node is judged from the answers. A restart
-//! always breaks the connection, so no reply of a restarted server reaches
-//! a round before its new incarnation has been judged.
+//! `INFO server` (`run_id`, `uptime_in_seconds`), `INFO replication`
+//! (`master_replid`, `master_replid2`), `ROLE`, `CONFIG GET appendonly`,
+//! `CONFIG GET appendfsync`, and `SMEMBERS` of the node's *record* (the key
+//! prefix followed by [`RECORD_SUFFIX`]: the incarnations, of any node of
+//! the lock, whose votes have counted), and `SADD`s to that record the
+//! incarnations this client knows to count, with the client's `SCRIPT
+//! LOAD`s. The node is judged from the answers.
+//!
+//! An **incarnation** is a server's `run_id` with its replication id
+//! (`run_id/master_replid`, see [`Identity::incarnation`]): a restart gives
+//! a new `run_id`, and a promotion of a replica to primary a new
+//! `master_replid` (the one it had becomes its `master_replid2`), so a
+//! server that serves as primary without a break keeps one incarnation, and
+//! any change of the server behind a node, a failover back to the same
+//! server included, is a new one. A change of server breaks the
+//! connection (the old server died, or the address moved), so no reply of
+//! a new server reaches a round before its incarnation has been judged; the
+//! connection's end starts a new connection at once (see `connection.rs`),
+//! so the change is seen without waiting for a call.
 //!
 //! **Recording.** A node judged to count does not count at once: its
-//! `run_id` is first added to its own record (before the connection is
+//! incarnation is first added to its own record (before the connection is
 //! handed out), then to every other node's (a task, each node bounded by the
 //! connect timeout; a client's first lock waits for it); only then do its
 //! votes count. So every incarnation whose votes ever counted is in the
@@ -48,39 +60,56 @@
 //! that node; without `CONFIG` the node is taken as not durable; a refused
 //! record leaves its incarnations unrecorded there.
 //!
-//! # Restarts: the judgment
+//! # Restarts and failovers: the judgment
 //!
 //! A node is *durable* when it runs `appendonly yes` with `appendfsync
 //! always`: every acknowledged `SET` is on disk before the reply, so a
-//! restart keeps its keys with their expiry. `G`, the grace, is
-//! `max(restart_grace, the longest TTL this client has used)` plus the drift
-//! allowance on it. `restart_grace` zero switches the protection off.
+//! restart keeps its keys with their expiry. A server is *promoted* when
+//! its `master_replid2` is set: it took over a replication history (a
+//! replica made primary, or a primary that reloaded a snapshot with its
+//! replication id), so it may lack writes that the server it replaced
+//! acknowledged, whatever its own persistence, and its uptime says nothing
+//! of how long it has served as primary. `G`, the grace, is
+//! `max(restart_grace, the longest TTL this client has used)` plus the
+//! drift allowance on it. `restart_grace` zero switches the protection off.
 //!
-//! On each check the node is judged, in this order:
-//! 1. durable (and durable nodes trusted, the default): it counts;
-//! 2. up for at least `G` (`uptime_in_seconds`, less its one second of
-//!    slack, see below): it counts; a lock it may have lost has expired;
-//! 3. its `run_id` changed since this client last checked it: *recovering*;
-//! 4. first met by this client, its own `run_id` is in its record (a client
-//!    judged this very incarnation to count, by these rules): it counts;
-//! 5. first met, young and unrecorded: in strict mode, *recovering*.
-//!    Otherwise it waits (for at most half the connect timeout) until every
-//!    node's first check has read its node, and is *recovering* if some
-//!    record it read holds a `run_id` that no node it read has now (an
-//!    incarnation that counted is gone: this node may be the one that lost
-//!    its data, or it restarted from a snapshot that recorded its old
-//!    `run_id`); else it counts. Nodes that lost nothing (a brand-new set,
-//!    a node that starts late, a client over more nodes than another, many
-//!    clients meeting a new set at once) leave only current `run_id`s in
-//!    the records, so nothing waits.
+//! On each check the node is judged ([`judge`], a pure function), in this
+//! order:
+//! 1. durable, not promoted (and durable nodes trusted, the default): it
+//!    counts;
+//! 2. the incarnation this client knew: it counts, or goes on recovering
+//!    from when its recovery began;
+//! 3. another incarnation than the one this client knew: *recovering*,
+//!    **whatever its uptime**. Its grace runs from its start (its uptime)
+//!    after a restart, and from this check after a promotion: no server
+//!    reports when it was promoted, and the old primary may have granted
+//!    locks until the moment it was replaced. The locks this client holds
+//!    on the node are told ([`ServerChanges`]);
+//! 4. first met by this client, its own incarnation is in its record (a
+//!    client judged this very incarnation to count, by these rules): it
+//!    counts;
+//! 5. first met, promoted, unrecorded: *recovering*, from this check;
+//! 6. first met, never promoted, up for at least `G` (`uptime_in_seconds`,
+//!    less its one second of slack, see below): it counts; a lock it may
+//!    have lost in a restart has expired;
+//! 7. first met, young and unrecorded, in strict mode: *recovering*;
+//! 8. otherwise it waits (for at most half the connect timeout) until
+//!    every node's first check has read its node, and is *recovering* if
+//!    some record it read holds an incarnation that no node it read has
+//!    now (an incarnation that counted is gone: this node may be the one
+//!    that lost its data, or it restarted from a snapshot that recorded
+//!    its old incarnation); else it counts. Nodes that lost nothing (a
+//!    brand-new set, a node that starts late, a client over more nodes than
+//!    another, many clients meeting a new set at once) leave only current
+//!    incarnations in the records, so nothing waits.
 //!
 //! A recovering node counts again by itself once `G` has passed since it
 //! came back and it has been recorded (a task of its connection does both,
-//! then logs it); no rebuild is needed. The time it came back is taken
-//! as the reply's arrival minus its uptime less one second: Redis reports
-//! uptime as a difference of whole-second wall-clock readings, which can
-//! exceed the true uptime by almost a second, so this is never earlier than
-//! the true start, and the grace is never cut short.
+//! then logs it); no rebuild is needed. After a restart, the time it came
+//! back is taken as the reply's arrival minus its uptime less one second:
+//! Redis reports uptime as a difference of whole-second wall-clock
+//! readings, which can exceed the true uptime by almost a second, so this
+//! is never earlier than the true start, and the grace is never cut short.
 //!
 //! # Safety argument
 //!
@@ -89,35 +118,56 @@
 //! clients need `restart_grace` set); clocks run at rates within the drift
 //! factor, and a node's wall clock does not step forward (which would also
 //! expire its keys early, and inflate its uptime); a node loses keys only by
-//! restarting (not by `FLUSHALL`, eviction or failover); a node judged
-//! durable keeps every acknowledged write.
+//! a change of server (a restart, a promotion), not by `FLUSHALL` or
+//! eviction; a node judged durable keeps every acknowledged write; one
+//! address leads to one primary at a time (the old primary is gone, or
+//! unreachable through it, once the address moved); a server that takes
+//! over an address as primary is a promoted replica (or the old server
+//! restarted), not an unrelated primary that has run on its own.
 //!
 //! *Claim*: a counted grant for lock `B` is never given by a node that lost
 //! the key of a lock `A` still valid. Say node `n`'s incarnation `r` granted
-//! `A` at `t_A` (counted), `n` lost its data by restarting at `R > t_A`, and
-//! its new incarnation granted `B` at `t_B` with `A` still valid, so
-//! `t_B < t_A + ttl ≤ R + G`. If `B`'s client knew `r`, the `run_id`
-//! changed (rule 3) and `n` counts only from `R + G`. If it first met `n`
-//! after `R`: `n` is younger than `G` (rule 2 does not apply), not durable,
-//! and its own record does not hold its new `run_id` unless a client judged
-//! it by these same rules (rule 4, by induction on the judgments), so rule 5
-//! decides: `n` counts only if no record `B`'s client read holds a vanished
-//! `run_id`. But `r` counted, so it was recorded on every node `A`'s client
-//! (or whichever client first judged `r`) reached when recording it, and
-//! carried to every node that client checked later; `r` is gone now, so any
-//! such node that kept its data, and that `B`'s client reads, shows it
-//! vanished. Hence `B`'s client counts `n` only if it read none of them at
-//! its first contact. Two holders at once therefore need, besides the
-//! restart, one of these **limits**, which strict mode (or durable nodes)
-//! closes:
+//! `A` at `t_A` (counted), and `n`'s server changed at `R > t_A` to
+//! incarnation `r'`, which lacks the key and granted `B` at `t_B < t_A +
+//! ttl ≤ R + G`.
+//! - If `B`'s client knew `r`: the incarnation changed (rule 3). After a
+//!   restart, `r'` started after `r` stopped, so its start is after `t_A`;
+//!   after a promotion, the check that saw it came after `R`. Either way
+//!   `n` counts only from later than `t_A + G`.
+//! - If it first met `n` after `R` and `r'` is promoted: `r'` is not in its
+//!   own record unless a client judged it by these same rules (rule 4, by
+//!   induction on the judgments), so rule 5 holds it back from the first
+//!   check, after `R`.
+//! - If it first met `n` after a restart: `n` is younger than `G` (rule 6
+//!   does not apply), not durable, and its own record does not hold `r'`
+//!   unless a client judged it, so rule 7 or 8 decides: `n` counts only if
+//!   no record `B`'s client read holds a vanished incarnation. But `r`
+//!   counted, so it was recorded on every node `A`'s client (or whichever
+//!   client first judged `r`) reached when recording it, and carried to
+//!   every node that client checked later; `r` is gone now, so any such
+//!   node that kept its data, and that `B`'s client reads, shows it
+//!   vanished. Hence `B`'s client counts `n` only if it read none of them
+//!   at its first contact.
+//!
+//! Two holders at once therefore need, besides the lost key, one of these
+//! **limits**, which strict mode (or durable nodes) closes for restarts:
 //! - a client that first meets the nodes while every node that recorded the
 //!   lost incarnation is down, emptied, or was unreachable when it was
 //!   recorded, cannot tell a restarted node from a new one;
 //! - with **one node** there is no other node to remember: a client that
-//!   never met it before counts it, so only strict mode or persistence
-//!   protects the single-node lock against a restart.
+//!   never met it before counts a restarted one, so only strict mode or
+//!   persistence protects the single-node lock against a restart. (A
+//!   promoted one is held back by rule 5, with one node too.)
 //!
-//! Records only grow (one `run_id` per incarnation that counted), so an
+//! What stays **uncovered**: a server that never was a replica and has run
+//! as a primary on its own, put behind a node's address (its uptime is
+//! taken as its time serving, and a fresh client finds nothing to hold it
+//! back by on one node); a server swapped behind a proxy that keeps the
+//! client's connection open (no check runs: the swap is seen only if the
+//! connection breaks); two primaries serving one address at once (a split
+//! brain); a server that does not answer `INFO` (no change can be seen).
+//!
+//! Records only grow (one entry per incarnation that counted), so an
 //! incarnation that is gone stays "vanished": a node added to the set
 //! afterwards, or one down when a fresh client meets the others, waits the
 //! grace once. That errs on the side of withholding.
@@ -145,6 +195,7 @@ use redis::{RedisError, RedisResult, Value};
 use tokio::sync::Notify;
 
 use crate::answer::{NodeError, NodeErrorKind, NotCounted};
+use crate::changes::ServerChanges;
 use crate::quorum;
 use crate::tasks;
 
@@ -177,6 +228,14 @@ pub(crate) struct Identity {
     pub(crate) role: Option<String>,
     /// `uptime_in_seconds`.
     pub(crate) uptime: Option<Duration>,
+    /// `master_replid` (`INFO replication`): a new one at every start and
+    /// every promotion of a replica.
+    pub(crate) replid: Option<String>,
+    /// `master_replid2` is set: the server took over a replication history
+    /// (a replica promoted to primary, or a primary that reloaded a snapshot
+    /// with its replication id), so it may lack writes acknowledged by the
+    /// server it replaced.
+    pub(crate) promoted: bool,
     /// The major of `redis_version` (Valkey reports its Redis-compatible one).
     pub(crate) major_version: Option<u32>,
     /// `appendonly yes` with `appendfsync always` (false when unknown).
@@ -188,19 +247,47 @@ pub(crate) struct Identity {
     pub(crate) refused: Vec<String>,
 }
 
+impl Identity {
+    /// The incarnation: the `run_id`, and the replication id where known
+    /// (`run_id/replid`). It changes with every restart and every promotion
+    /// of a replica, and not while one server keeps serving as primary.
+    pub(crate) fn incarnation(&self) -> Option<String> {
+        let run_id = self.run_id.as_ref()?;
+        Some(match &self.replid {
+            Some(replid) => format!("{run_id}/{replid}"),
+            None => run_id.clone(),
+        })
+    }
+}
+
+/// Whether `recorded` (an entry of a record) names an incarnation in
+/// `current`: the same, or the bare `run_id` an older client recorded.
+fn is_current(recorded: &str, current: &[&str]) -> bool {
+    current.iter().any(|incarnation| {
+        *incarnation == recorded
+            || incarnation
+                .strip_prefix(recorded)
+                .is_some_and(|rest| rest.starts_with('/'))
+    })
+}
+
 const COUNTS: u8 = 0;
 const UNCHECKED: u8 = 1;
 const RECOVERING: u8 = 2;
 /// Judged to count; its `run_id` is being recorded on the other nodes first.
 const RECORDING: u8 = 3;
 
-/// A recovering node's restart.
+/// A recovering node's restart or failover.
 #[derive(Debug, Clone)]
 struct Recovery {
     run_id: String,
+    /// What its record gets once it counts (see [`Identity::incarnation`]).
+    incarnation: String,
     previous_run_id: Option<String>,
     why: &'static str,
-    /// When it came back, on this client's clock (never before the truth).
+    /// When it came back, on this client's clock (never before the truth):
+    /// from its uptime after a restart; when this client saw it, after a
+    /// promotion (whose time no server reports).
     came_back: Instant,
 }
 
@@ -232,7 +319,7 @@ struct Detail {
     recovery: Option<Recovery>,
     /// Bumped by each check, so that a stale recovery task stands down.
     generation: u64,
-    /// The `run_id` this client recorded on the other nodes.
+    /// The incarnation this client recorded on the other nodes.
     recorded: Option<String>,
     /// A recovery ended and its node is being recorded: logged once it counts.
     left_recovery: Option<String>,
@@ -304,6 +391,8 @@ pub(crate) struct Standings {
     connect_timeout: Duration,
     /// Records a `run_id` on node `j` (set once the nodes are built).
     recorder: OnceLock<Recorder>,
+    /// The servers that changed under locks this client may hold.
+    changes: Arc<ServerChanges>,
     me: Weak<Standings>,
 }
 
@@ -318,6 +407,7 @@ impl Standings {
     ) -> Arc<Self> {
         let mut record_key = key_prefix.to_vec();
         record_key.extend_from_slice(RECORD_SUFFIX.as_bytes());
+        let changes = Arc::new(ServerChanges::new(names.clone()));
         Arc::new_cyclic(|me| Standings {
             slots: names
                 .iter()
@@ -340,6 +430,7 @@ impl Standings {
             node_timeout,
             connect_timeout,
             recorder: OnceLock::new(),
+            changes,
             me: me.clone(),
         })
     }
@@ -474,9 +565,11 @@ impl Standings {
     }
 
     /// Checks a new connection to node `index` before any call uses it (see
-    /// the module docs): reads, judges, and records the `run_id` of a node
-    /// that counts. Returns the server's major version, where known. Only a
-    /// failure to get any answer is an error: the connection is then not
+    /// the module docs): reads, judges, and records the incarnation of a
+    /// node that counts. A server that changed while this client knew it is
+    /// noted as a change ([`ServerChanges`]), so that the locks it may have
+    /// lost are told. Returns the server's major version, where known. Only
+    /// a failure to get any answer is an error: the connection is then not
     /// used.
     pub(crate) async fn check(
         &self,
@@ -484,58 +577,94 @@ impl Standings {
         mut connection: MultiplexedConnection,
     ) -> Result<Option<u32>, NodeErrorKind> {
         let started = Instant::now();
-        // What this client knows to count goes onto every node it checks.
-        let counting = self.counting_run_ids();
-        let read = read_identity(&mut connection, &self.record_key, &counting, self.scripts);
-        let identity = match read.await {
-            Ok(identity) => identity,
-            Err(err) => {
-                let failure = NodeErrorKind::Redis(Arc::new(err));
-                self.record_failure(index, failure.clone());
-                return Err(failure);
-            }
-        };
+        let identity = self.read(index, &mut connection).await?;
         let read_at = Instant::now();
         let name = &self.names[index];
-        for refusal in &identity.refused {
-            tracing::warn!(
-                node = %name,
-                %refusal,
-                "node check: the node refused a check command; it counts, but it is not \
-                 checked for being a duplicate, a replica or restarted"
-            );
-        }
         let known = self.record_read(index, &identity);
-        let came_back = identity.uptime.map(|uptime| came_back(read_at, uptime));
-        let verdict = self
-            .judge(index, &identity, known.as_deref(), started)
-            .await;
+        let incarnation = identity.incarnation().unwrap_or_default();
         let run_id = identity.run_id.clone().unwrap_or_default();
-        match verdict {
-            Verdict::Counts => {
-                if !run_id.is_empty() && !identity.record.contains(&run_id) {
-                    record_incarnation(&mut connection, &self.record_key, &run_id, name).await?;
-                }
-                self.counts(index, run_id);
-            }
-            Verdict::Recovering { why, previous } => {
-                let recovery = Recovery {
-                    run_id,
-                    previous_run_id: known.or(previous),
-                    why,
-                    came_back: came_back.unwrap_or(read_at),
-                };
-                self.recovering(index, connection, recovery);
-            }
+        if may_have_lost_keys(&identity, known.as_deref(), self.policy.trust_durable) {
+            self.changes.changed(index, &run_id);
         }
+        let recovery = self.detail(index).recovery.clone();
+        let facts = Facts {
+            identity: &identity,
+            known: known.as_deref(),
+            recovery: recovery.as_ref(),
+            grace: self.grace(),
+            policy: self.policy,
+        };
+        let verdict = match judge(&facts) {
+            Verdict::AskRecords => self.ask_records(started).await,
+            verdict => verdict,
+        };
+        let Verdict::Recovering {
+            why,
+            previous,
+            since,
+        } = verdict
+        else {
+            if !incarnation.is_empty() && !identity.record.contains(&incarnation) {
+                record_incarnation(&mut connection, &self.record_key, &incarnation, name).await?;
+            }
+            self.counts(index, incarnation);
+            return Ok(identity.major_version);
+        };
+        let recovery = Recovery {
+            run_id,
+            incarnation,
+            previous_run_id: known
+                .as_deref()
+                .map(|known| run_id_of(known).to_owned())
+                .or(previous),
+            why,
+            came_back: match since {
+                Since::Start => identity.uptime.map_or(read_at, |up| came_back(read_at, up)),
+                Since::Seen => read_at,
+                Since::Kept(at) => at,
+            },
+        };
+        self.recovering(index, connection, recovery);
         Ok(identity.major_version)
     }
 
-    /// The `run_id`s of the nodes whose votes count for this client.
-    fn counting_run_ids(&self) -> Vec<String> {
+    /// Reads node `index`'s identity on `connection`, warning of each check
+    /// command it refused; a failure to get any answer is recorded.
+    async fn read(
+        &self,
+        index: usize,
+        connection: &mut MultiplexedConnection,
+    ) -> Result<Identity, NodeErrorKind> {
+        // What this client knows to count goes onto every node it checks.
+        let counting = self.counting_incarnations();
+        let identity = read_identity(connection, &self.record_key, &counting, self.scripts)
+            .await
+            .map_err(|err| {
+                let failure = NodeErrorKind::Redis(Arc::new(err));
+                self.record_failure(index, failure.clone());
+                failure
+            })?;
+        for refusal in &identity.refused {
+            tracing::warn!(
+                node = %self.names[index],
+                %refusal,
+                "node check: the node refused a check command; it counts, but it is not \
+                 checked for being a duplicate, a replica, restarted or failed over"
+            );
+        }
+        Ok(identity)
+    }
+
+    /// The server changes of this client's nodes, for the locks it holds.
+    pub(crate) fn changes(&self) -> &Arc<ServerChanges> {
+        &self.changes
+    }
+
+    /// The incarnations of the nodes whose votes count for this client.
+    fn counting_incarnations(&self) -> Vec<String> {
         (0..self.slots.len())
             .filter(|&i| self.slots[i].state.load(Ordering::Acquire) == COUNTS)
-            .filter_map(|i| self.detail(i).identity.as_ref()?.run_id.clone())
+            .filter_map(|i| self.detail(i).identity.as_ref()?.incarnation())
             .collect()
     }
 
@@ -559,25 +688,26 @@ impl Standings {
         }
     }
 
-    /// Node `index` (incarnation `run_id`, in its own record) counts once it
-    /// is in every other node's record too: a task records it there.
-    fn counts(&self, index: usize, run_id: String) {
+    /// Node `index` (`incarnation`, in its own record) counts once it is
+    /// in every other node's record too: a task records it there.
+    fn counts(&self, index: usize, incarnation: String) {
         let generation = self.settle(index, None, None, RECORDING);
         // Recorded already, or nothing to record (INFO refused).
-        let recorded = run_id.is_empty() || self.detail(index).recorded.as_deref() == Some(&run_id);
+        let recorded =
+            incarnation.is_empty() || self.detail(index).recorded.as_deref() == Some(&incarnation);
         if recorded
             || !tasks::spawn(record_everywhere(
                 self.me.clone(),
                 index,
                 generation,
-                run_id,
+                incarnation,
             ))
         {
             self.settle(index, None, Some(generation), COUNTS);
         }
     }
 
-    /// Node `index` is recovering from a restart: a task of its connection
+    /// Node `index` is recovering from a restart or failover: a task of its connection
     /// lets it count again once the grace has passed (see [`end_recovery`]).
     fn recovering(&self, index: usize, connection: MultiplexedConnection, recovery: Recovery) {
         let generation = self.settle(index, Some(recovery.clone()), None, RECOVERING);
@@ -589,7 +719,8 @@ impl Standings {
             previous_run_id = recovery.previous_run_id.as_deref().unwrap_or("unknown"),
             why = recovery.why,
             grace_left_ms = u64::try_from(grace_left.as_millis()).unwrap_or(u64::MAX),
-            "node recovering from a restart: its grants do not count until the grace has passed"
+            "node recovering from a restart or failover: its grants do not count until the grace \
+             has passed"
         );
         tasks::spawn(end_recovery(
             self.me.clone(),
@@ -600,11 +731,12 @@ impl Standings {
         ));
     }
 
-    /// Records a check's read; returns the `run_id` this client knew before.
+    /// Records a check's read; returns the incarnation this client knew
+    /// before.
     fn record_read(&self, index: usize, identity: &Identity) -> Option<String> {
         let known = {
             let mut detail = self.detail(index);
-            let known = detail.identity.as_ref().and_then(|old| old.run_id.clone());
+            let known = detail.identity.as_ref().and_then(Identity::incarnation);
             detail.identity = Some(identity.clone());
             detail.failure = None;
             known
@@ -689,7 +821,7 @@ impl Standings {
             }
             detail.recovery = recovery;
             if state == COUNTS {
-                detail.recorded = detail.identity.as_ref().and_then(|id| id.run_id.clone());
+                detail.recorded = detail.identity.as_ref().and_then(Identity::incarnation);
             }
             self.slots[index].state.store(state, Ordering::Release);
             let left = if state == COUNTS {
@@ -712,61 +844,22 @@ impl Standings {
         generation
     }
 
-    /// The judgment of the module docs, rules 1 to 6.
-    async fn judge(
-        &self,
-        index: usize,
-        identity: &Identity,
-        known: Option<&str>,
-        started: Instant,
-    ) -> Verdict {
-        let grace = self.grace();
-        let (Some(run_id), Some(uptime)) = (&identity.run_id, identity.uptime) else {
-            return Verdict::Counts; // INFO refused: no restart can be seen
-        };
-        if grace.is_zero()
-            || (identity.durable && self.policy.trust_durable)
-            || surely_up_for(uptime) >= grace
-        {
-            return Verdict::Counts;
-        }
-        // Still recovering from a restart this client saw: the same
-        // incarnation, on a new connection.
-        if known == Some(run_id.as_str()) {
-            let detail = self.detail(index);
-            return match &detail.recovery {
-                Some(recovery) if recovery.run_id == *run_id => Verdict::Recovering {
-                    why: recovery.why,
-                    previous: recovery.previous_run_id.clone(),
-                },
-                _ => Verdict::Counts,
-            };
-        }
-        if known.is_some() {
-            return Verdict::Recovering {
-                why: "its run_id changed while this client knew it",
-                previous: None,
-            };
-        }
-        // First met, young, not durable.
-        if identity.record.contains(run_id) {
-            return Verdict::Counts; // a client judged this incarnation to count
-        }
-        if self.policy.strict {
-            return Verdict::Recovering {
-                why: "younger than the grace at first contact (strict mode)",
-                previous: None,
-            };
-        }
+    /// Rule 8 of the module docs, for a node first met, young, never
+    /// promoted and unrecorded: waits (for at most half the connect timeout
+    /// from `started`) until every node's first check has read its node;
+    /// *recovering* if some record holds an incarnation that no node has
+    /// now.
+    async fn ask_records(&self, started: Instant) -> Verdict {
         self.wait_for_first_reads(started + self.connect_timeout / 2)
             .await;
         let identities: Vec<Identity> = (0..self.slots.len())
             .filter_map(|i| self.detail(i).identity.clone())
             .collect();
-        let current: Vec<&str> = identities
+        let current: Vec<String> = identities
             .iter()
-            .filter_map(|identity| identity.run_id.as_deref())
+            .filter_map(Identity::incarnation)
             .collect();
+        let current: Vec<&str> = current.iter().map(String::as_str).collect();
         let recorded = identities
             .iter()
             .flat_map(|identity| identity.record.iter().map(String::as_str));
@@ -775,7 +868,8 @@ impl Standings {
             Some(gone) => Verdict::Recovering {
                 why: "an incarnation that counted is gone from the nodes: this young, \
                       unrecorded node may be the one that lost its data",
-                previous: Some(gone.to_owned()),
+                previous: Some(run_id_of(gone).to_owned()),
+                since: Since::Start,
             },
         }
     }
@@ -908,21 +1002,137 @@ impl Drop for CheckUnderWay {
 }
 
 /// A check's verdict.
+#[derive(Debug, PartialEq, Eq)]
 enum Verdict {
     Counts,
     Recovering {
         why: &'static str,
         /// The `run_id` it is taken to have replaced, where known.
         previous: Option<String>,
+        /// From when its grace runs.
+        since: Since,
     },
+    /// Rule 8: what the other nodes' records say decides
+    /// ([`Standings::ask_records`]).
+    AskRecords,
 }
 
-/// The first `run_id` recorded on some node (`recorded`) that is no node's
-/// current `run_id` (`current`): an incarnation that counted and is gone.
+/// From when a recovering node's grace runs.
+#[derive(Debug, PartialEq, Eq)]
+enum Since {
+    /// Its start, from its uptime: a restart (the old server was gone
+    /// before the new one started on its port).
+    Start,
+    /// This check's reply: a promotion, whose time no server reports (the
+    /// old primary may have granted locks until the moment it was replaced).
+    Seen,
+    /// The recovery under way (the same incarnation, on a new connection).
+    Kept(Instant),
+}
+
+/// What the judgment of one check reads.
+struct Facts<'a> {
+    identity: &'a Identity,
+    /// The incarnation this client knew from its last check, if any.
+    known: Option<&'a str>,
+    /// The node's recovery under way, if any.
+    recovery: Option<&'a Recovery>,
+    /// `G`.
+    grace: Duration,
+    policy: RestartPolicy,
+}
+
+/// The judgment of the module docs (rules 1 to 8), a pure function of what
+/// the check read and what this client knew; rule 8 is left to
+/// [`Standings::ask_records`].
+fn judge(facts: &Facts<'_>) -> Verdict {
+    let identity = facts.identity;
+    let (Some(incarnation), Some(uptime)) = (identity.incarnation(), identity.uptime) else {
+        return Verdict::Counts; // INFO refused: no restart can be seen
+    };
+    let durable = identity.durable && facts.policy.trust_durable && !identity.promoted;
+    if facts.grace.is_zero() || durable {
+        return Verdict::Counts;
+    }
+    if facts.known == Some(incarnation.as_str()) {
+        // Still recovering from a change this client saw, on a new connection.
+        return match facts.recovery {
+            Some(recovery) if recovery.incarnation == incarnation => Verdict::Recovering {
+                why: recovery.why,
+                previous: recovery.previous_run_id.clone(),
+                since: Since::Kept(recovery.came_back),
+            },
+            _ => Verdict::Counts,
+        };
+    }
+    if facts.known.is_some() {
+        return changed(identity.promoted);
+    }
+    // First met.
+    if identity.record.contains(&incarnation) {
+        return Verdict::Counts; // a client judged this incarnation to count
+    }
+    if identity.promoted {
+        return Verdict::Recovering {
+            why: "a replica promoted to primary (a failover) that no client has recorded \
+                  as counting yet",
+            previous: None,
+            since: Since::Seen,
+        };
+    }
+    if surely_up_for(uptime) >= facts.grace {
+        return Verdict::Counts;
+    }
+    if facts.policy.strict {
+        return Verdict::Recovering {
+            why: "younger than the grace at first contact (strict mode)",
+            previous: None,
+            since: Since::Start,
+        };
+    }
+    Verdict::AskRecords
+}
+
+/// Rule 4: the incarnation changed while this client knew the node.
+fn changed(promoted: bool) -> Verdict {
+    if promoted {
+        Verdict::Recovering {
+            why: "a replica took over as primary while this client knew the node (a failover)",
+            previous: None,
+            since: Since::Seen,
+        }
+    } else {
+        Verdict::Recovering {
+            why: "its run_id changed while this client knew it",
+            previous: None,
+            since: Since::Start,
+        }
+    }
+}
+
+/// Whether a check that read `identity`, of a node whose incarnation this
+/// client knew as `known`, shows a server that may have lost the keys of
+/// the locks held on it: a new incarnation that is not a restarted durable
+/// server.
+fn may_have_lost_keys(identity: &Identity, known: Option<&str>, trust_durable: bool) -> bool {
+    let Some(known) = known else {
+        return false;
+    };
+    let durable = identity.durable && trust_durable && !identity.promoted;
+    identity.incarnation().is_some_and(|now| now != known) && !durable
+}
+
+/// The `run_id` of an incarnation (`run_id/replid`, or a bare `run_id`).
+fn run_id_of(incarnation: &str) -> &str {
+    incarnation.split('/').next().unwrap_or(incarnation)
+}
+
+/// The first incarnation recorded on some node (`recorded`) that is no
+/// node's current one (`current`): an incarnation that counted and is gone.
 fn vanished<'a>(recorded: impl Iterator<Item = &'a str>, current: &[&str]) -> Option<&'a str> {
     recorded
         .into_iter()
-        .find(|run_id| !current.contains(run_id))
+        .find(|recorded| !is_current(recorded, current))
 }
 
 /// A recovering node's end of recovery, as a task of its connection: once
@@ -960,7 +1170,7 @@ async fn end_recovery(
             record_incarnation(
                 &mut connection,
                 &standings.record_key,
-                &recovery.run_id,
+                &recovery.incarnation,
                 &name,
             ),
         )
@@ -969,7 +1179,7 @@ async fn end_recovery(
             Ok(Ok(())) => {
                 let generation = standings.settle(index, None, Some(generation), RECORDING);
                 drop(standings);
-                record_everywhere(weak, index, generation, recovery.run_id).await;
+                record_everywhere(weak, index, generation, recovery.incarnation).await;
                 return;
             }
             Ok(Err(NodeErrorKind::Redis(err))) if crate::connection::is_broken(&err) => return,
@@ -1059,6 +1269,8 @@ async fn read_identity(
     pipe.ignore_errors()
         .cmd("INFO")
         .arg("server")
+        .cmd("INFO")
+        .arg("replication")
         .cmd("ROLE")
         .cmd("CONFIG")
         .arg("GET")
@@ -1082,6 +1294,11 @@ async fn read_identity(
     match answers.next() {
         Some(Ok(info)) => read_info(&mut identity, info),
         Some(Err(err)) => refusal(&mut identity.refused, "INFO server", &err),
+        None => {}
+    }
+    match answers.next() {
+        Some(Ok(info)) => read_replication(&mut identity, info),
+        Some(Err(err)) => refusal(&mut identity.refused, "INFO replication", &err),
         None => {}
     }
     match answers.next() {
@@ -1127,14 +1344,26 @@ fn read_record(answer: Option<RedisResult<Value>>) -> Vec<String> {
     }
 }
 
+/// The value of `name` (`"run_id:"`) in an `INFO` reply's text.
+fn info_field(info: &str, name: &str) -> Option<String> {
+    info.lines()
+        .find_map(|line| line.strip_prefix(name))
+        .map(|value| value.trim().to_owned())
+}
+
+/// Reads the replication ids from the reply to `INFO replication`: a
+/// `master_replid2` of zeros means no replication history was taken over.
+fn read_replication(identity: &mut Identity, info: Value) {
+    let info = redis::from_redis_value::<String>(info).unwrap_or_default();
+    identity.replid = info_field(&info, "master_replid:");
+    identity.promoted = info_field(&info, "master_replid2:")
+        .is_some_and(|replid2| replid2.bytes().any(|byte| byte != b'0'));
+}
+
 /// Reads `run_id`, uptime and version from the reply to `INFO server`.
 fn read_info(identity: &mut Identity, info: Value) {
     let info = redis::from_redis_value::<String>(info).unwrap_or_default();
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|line| line.strip_prefix(name))
-            .map(|value| value.trim().to_owned())
-    };
+    let field = |name: &str| info_field(&info, name);
     identity.run_id = field("run_id:");
     identity.uptime = field("uptime_in_seconds:")
         .and_then(|secs| secs.parse::<u64>().ok())
@@ -1206,6 +1435,169 @@ mod tests {
     use super::*;
 
     const SECOND: Duration = Duration::from_secs(1);
+    const GRACE: Duration = Duration::from_secs(60);
+
+    /// A server as a check reads it: `run_id` `r`, replication id `x`, up
+    /// for `up` seconds, not durable, not promoted, with an empty record.
+    fn server(up: u64) -> Identity {
+        Identity {
+            run_id: Some("r".into()),
+            replid: Some("x".into()),
+            uptime: Some(Duration::from_secs(up)),
+            role: Some("master".into()),
+            ..Identity::default()
+        }
+    }
+
+    fn policy() -> RestartPolicy {
+        RestartPolicy {
+            grace: GRACE,
+            trust_durable: true,
+            strict: false,
+            drift_factor: 0.01,
+        }
+    }
+
+    fn verdict(identity: &Identity, known: Option<&str>, strict: bool) -> Verdict {
+        judge(&Facts {
+            identity,
+            known,
+            recovery: None,
+            grace: GRACE,
+            policy: RestartPolicy { strict, ..policy() },
+        })
+    }
+
+    fn why(verdict: &Verdict) -> &'static str {
+        match verdict {
+            Verdict::Recovering { why, .. } => why,
+            _ => "",
+        }
+    }
+
+    /// The judgment, rule by rule (see the module docs).
+    #[test]
+    fn the_judgment_rule_by_rule() {
+        let young = server(5);
+        let old = server(3_600);
+        let promoted = |up| Identity {
+            promoted: true,
+            ..server(up)
+        };
+        // 1. Durable counts, unless it took over a replication history.
+        let durable = Identity {
+            durable: true,
+            ..young.clone()
+        };
+        assert_eq!(verdict(&durable, Some("other/y"), false), Verdict::Counts);
+        let durable_promoted = Identity {
+            durable: true,
+            ..promoted(3_600)
+        };
+        assert_ne!(verdict(&durable_promoted, None, false), Verdict::Counts);
+        // 2. The incarnation this client knew, not recovering: counts.
+        assert_eq!(verdict(&young, Some("r/x"), false), Verdict::Counts);
+        // 3. Changed while known: a restart from its start, whatever its age
+        //    (an old one has long passed its grace); a promotion from now.
+        let restarted = verdict(&old, Some("q/w"), false);
+        assert!(matches!(restarted, Verdict::Recovering { since: Since::Start, .. }));
+        let failed_over = verdict(&promoted(3_600), Some("q/w"), false);
+        assert!(matches!(failed_over, Verdict::Recovering { since: Since::Seen, .. }));
+        assert!(why(&failed_over).contains("failover"));
+        // A promotion of the same server (a failback) changes its replid.
+        let failed_back = verdict(&promoted(3_600), Some("r/old"), false);
+        assert!(matches!(failed_back, Verdict::Recovering { since: Since::Seen, .. }));
+        // 4. First met, in its own record: counts, promoted or not.
+        let recorded = |identity: Identity| Identity {
+            record: vec!["r/x".into()],
+            ..identity
+        };
+        assert_eq!(verdict(&recorded(young.clone()), None, true), Verdict::Counts);
+        assert_eq!(verdict(&recorded(promoted(9)), None, true), Verdict::Counts);
+        // Its bare run_id (an older client's entry) does not vouch for a promotion.
+        let bare = Identity {
+            record: vec!["r".into()],
+            ..promoted(3_600)
+        };
+        assert!(matches!(verdict(&bare, None, false), Verdict::Recovering { .. }));
+        // 5. First met, promoted, unrecorded: recovering from now, however old.
+        let promoted_old = verdict(&promoted(3_600), None, false);
+        assert!(matches!(promoted_old, Verdict::Recovering { since: Since::Seen, .. }));
+        // 6. First met, up for the grace, never promoted: counts.
+        assert_eq!(verdict(&old, None, true), Verdict::Counts);
+        // 7. Young and unrecorded, strict: recovering from its start.
+        let strict = verdict(&young, None, true);
+        assert!(matches!(strict, Verdict::Recovering { since: Since::Start, .. }));
+        // 8. Otherwise the records decide.
+        assert_eq!(verdict(&young, None, false), Verdict::AskRecords);
+        // No INFO: nothing can be seen; grace zero: protection off.
+        let blind = Identity {
+            run_id: None,
+            ..young.clone()
+        };
+        assert_eq!(verdict(&blind, Some("q/w"), true), Verdict::Counts);
+        let off = judge(&Facts {
+            identity: &promoted(1),
+            known: Some("q/w"),
+            recovery: None,
+            grace: Duration::ZERO,
+            policy: policy(),
+        });
+        assert_eq!(off, Verdict::Counts);
+    }
+
+    /// A recovery under way goes on, from when it began, on a new connection.
+    #[test]
+    fn a_recovery_under_way_keeps_its_start() {
+        let at = Instant::now();
+        let recovery = Recovery {
+            run_id: "r".into(),
+            incarnation: "r/x".into(),
+            previous_run_id: Some("q".into()),
+            why: "a failover",
+            came_back: at,
+        };
+        let identity = Identity {
+            promoted: true,
+            ..server(3_600)
+        };
+        let facts = Facts {
+            identity: &identity,
+            known: Some("r/x"),
+            recovery: Some(&recovery),
+            grace: GRACE,
+            policy: policy(),
+        };
+        assert_eq!(
+            judge(&facts),
+            Verdict::Recovering {
+                why: "a failover",
+                previous: Some("q".into()),
+                since: Since::Kept(at),
+            }
+        );
+    }
+
+    /// Keys may be lost by a change of server this client saw, unless it is
+    /// a restarted durable server.
+    #[test]
+    fn a_changed_server_may_have_lost_keys_unless_durable() {
+        let old = server(3_600);
+        assert!(may_have_lost_keys(&old, Some("q/w"), true));
+        assert!(!may_have_lost_keys(&old, Some("r/x"), true));
+        assert!(!may_have_lost_keys(&old, None, true));
+        let durable = Identity {
+            durable: true,
+            ..old.clone()
+        };
+        assert!(!may_have_lost_keys(&durable, Some("q/w"), true));
+        assert!(may_have_lost_keys(&durable, Some("q/w"), false));
+        let promoted = Identity {
+            promoted: true,
+            ..durable
+        };
+        assert!(may_have_lost_keys(&promoted, Some("q/w"), true));
+    }
 
     /// The chaos run's finding: a server 0.2 s old can report an uptime of
     /// 1 s; the grace must still run from no earlier than its true start.
@@ -1226,6 +1618,10 @@ mod tests {
     /// by any clients) are none.
     #[test]
     fn a_recorded_run_id_that_no_node_has_is_a_vanished_incarnation() {
+        // An older client's bare run_id names the incarnation of that run_id.
+        assert_eq!(vanished(["r0", "r2/x"].into_iter(), &["r0/a", "r2/x"]), None);
+        assert_eq!(vanished(["r0/b"].into_iter(), &["r0/a"]), Some("r0/b"));
+        assert_eq!(vanished(["r"].into_iter(), &["r0/a"]), Some("r"));
         let current = ["r0", "r1b", "r2"];
         assert_eq!(vanished(["r0", "r2"].into_iter(), &current), None);
         assert_eq!(vanished(std::iter::empty(), &current), None);

@@ -83,7 +83,11 @@ async fn the_hazard(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn immediate_restart_without_persistence_grants_no_second_holder_by_default() {
     let (nodes, a, b) = the_hazard(client).await;
-    assert!(a.is_valid());
+    // A's own client may have told A that node 1's server changed (`lost`);
+    // A's key is still on node 0 until its validity ends, and A's work may
+    // still be under way: no second holder until then.
+    let a_until = a.valid_until();
+    assert!(Instant::now() < a_until);
     let err = b.expect_err("a second holder while the first is valid");
     println!("second client refused: {err}");
     assert!(err.is_unavailable(), "{err}");
@@ -108,11 +112,12 @@ async fn immediate_restart_without_persistence_grants_no_second_holder_by_defaul
         .await
         .expect_err("a second holder while the first is valid");
     assert!(!recovering_nodes(&err).is_empty(), "{err}");
-    assert!(a.is_valid());
+    assert!(Instant::now() < a_until);
 }
 
 /// The same sequence seen by the first holder's own client: it knew node 1,
-/// so the changed `run_id` alone holds node 1 back.
+/// so the changed `run_id` alone holds node 1 back; and it tells holder A at
+/// once that its key on node 1 may be gone (A held a bare quorum).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_knew_the_node_sees_its_run_id_change() {
     let mut nodes = servers(3);
@@ -123,6 +128,7 @@ async fn a_client_that_knew_the_node_sees_its_run_id_change() {
         .build()
         .unwrap();
     let a = holder_on_nodes_0_and_1(&mut nodes, &a_client, Duration::from_secs(10)).await;
+    let a_until = a.valid_until();
     nodes[1].restart();
     nodes[2].spawn().unwrap();
     let err = a_client
@@ -134,7 +140,18 @@ async fn a_client_that_knew_the_node_sees_its_run_id_change() {
         "{err}"
     );
     assert!(err.to_string().contains("run_id changed"), "{err}");
-    assert!(a.is_valid());
+    assert!(Instant::now() < a_until);
+    let lost = tokio::time::timeout(Duration::from_secs(5), a.lost())
+        .await
+        .expect("A is told at once, not at its expiry");
+    assert!(
+        matches!(
+            lost.lost_reason(),
+            Some(quorlock::LostReason::ServerChanged { .. })
+        ),
+        "{lost}"
+    );
+    assert!(!a.is_valid());
 }
 
 /// The hazard, with the protection switched off (`restart_grace(0)`): the
@@ -144,9 +161,11 @@ async fn a_client_that_knew_the_node_sees_its_run_id_change() {
 async fn immediate_restart_without_protection_allows_a_second_holder() {
     let (_nodes, a, b) = the_hazard(unprotected).await;
     let b = b.expect("the documented hazard: the emptied node grants a second holder");
+    // A's client may tell A that node 1 changed (`lost`), but A's validity
+    // window is still open, and its work may be under way.
     assert!(
-        a.is_valid() && b.is_valid(),
-        "two valid holders of one lock at once"
+        Instant::now() < a.valid_until() && b.is_valid(),
+        "two holders of one lock at once"
     );
     println!(
         "hazard shown: holder A valid for {:?} more, holder B valid for {:?}",
@@ -164,6 +183,7 @@ async fn delayed_restart_grants_no_second_holder_while_the_first_is_valid() {
     let ttl = Duration::from_millis(1500);
     let a_client = unprotected(&nodes);
     let a = holder_on_nodes_0_and_1(&mut nodes, &a_client, ttl).await;
+    let a_until = a.valid_until();
     nodes[1].kill();
     nodes[2].spawn().unwrap();
     let b_client = unprotected(&nodes);
@@ -176,7 +196,7 @@ async fn delayed_restart_grants_no_second_holder_while_the_first_is_valid() {
             nodes[1].spawn().unwrap();
         }
         if let Ok(guard) = b_client.try_lock(RESOURCE, ttl).await {
-            if a.is_valid() {
+            if Instant::now() < a_until {
                 granted_while_a_valid += 1;
             }
             b = Some(guard);

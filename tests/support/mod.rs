@@ -1,6 +1,7 @@
 //! Test support: real `redis-server` processes on free loopback ports, with the
 //! faults the tests inject (kill, SIGSTOP/SIGCONT, restart on the same port),
-//! and a delaying TCP proxy (`proxy.rs`) for slow links.
+//! a delaying TCP proxy (`proxy.rs`) for slow links and failovers behind a
+//! stable address, and replicas (`replication.rs`).
 //!
 //! `QUORLOCK_TEST_SERVER` names another server binary to run instead of
 //! `redis-server` (a Valkey `valkey-server`, an older Redis).
@@ -9,6 +10,8 @@
 mod proxy;
 #[allow(unused_imports)]
 pub use proxy::DelayProxy;
+
+mod replication;
 
 mod logs;
 #[allow(unused_imports)]

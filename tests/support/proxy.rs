@@ -1,10 +1,12 @@
 //! A delaying TCP proxy on loopback: what a slow link (a node in another data
 //! centre) looks like to the client. Each direction has its own delay, which
 //! a test can change while connections are open; bytes keep their order.
+//! Its upstream can be switched ([`DelayProxy::switch_to`]): what a managed
+//! service's primary endpoint does in a failover.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,6 +18,7 @@ pub struct DelayProxy {
     to_server: Arc<AtomicU64>,
     to_client: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
+    upstream: Arc<AtomicU16>,
     sockets: Arc<Mutex<Vec<TcpStream>>>,
     accepter: Option<std::thread::JoinHandle<()>>,
 }
@@ -29,16 +32,19 @@ impl DelayProxy {
         let (to_server, to_client) = (millis(one_way), millis(one_way));
         let stop = Arc::new(AtomicBool::new(false));
         let sockets: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let upstream = Arc::new(AtomicU16::new(upstream));
         let accepter = {
             let (to_server, to_client) = (to_server.clone(), to_client.clone());
-            let (stop, sockets) = (stop.clone(), sockets.clone());
+            let (stop, sockets, upstream) = (stop.clone(), sockets.clone(), upstream.clone());
             std::thread::spawn(move || {
                 for client in listener.incoming() {
                     if stop.load(Ordering::SeqCst) {
                         return;
                     }
                     let Ok(client) = client else { continue };
-                    let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    let Ok(server) =
+                        TcpStream::connect(("127.0.0.1", upstream.load(Ordering::SeqCst)))
+                    else {
                         let _ = client.shutdown(Shutdown::Both);
                         continue;
                     };
@@ -63,6 +69,7 @@ impl DelayProxy {
             to_server,
             to_client,
             stop,
+            upstream,
             sockets,
             accepter: Some(accepter),
         }
@@ -76,6 +83,16 @@ impl DelayProxy {
     /// The proxy's port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Points the proxy at `upstream` from now on, and closes every open
+    /// connection (they led to the old server): a failover behind a stable
+    /// address.
+    pub fn switch_to(&self, upstream: u16) {
+        self.upstream.store(upstream, Ordering::SeqCst);
+        for socket in self.sockets.lock().unwrap().drain(..) {
+            let _ = socket.shutdown(Shutdown::Both);
+        }
     }
 
     /// Delays requests (client to server) by `delay` from now on.

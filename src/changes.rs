@@ -1,0 +1,183 @@
+//! Server changes: when the server behind a node changed (a restart, or a
+//! replica that took over as primary), so that a held lock whose keys may
+//! have gone with the old server is told at once ([`Holding::lost`]), not
+//! at its next extension.
+//!
+//! The standings ([`ServerChanges::changed`]) note a change when a check
+//! finds a node's incarnation (its `run_id` and replication id) differing
+//! from the one this client knew, and the new server may have lost keys (it
+//! is not a restarted durable server). Each change takes the next number of
+//! a client-wide counter; each node keeps the number of its last change.
+//!
+//! A lock remembers the nodes whose grants counted for it (its *holders*)
+//! and the counter as it was when its round started. A holder whose last
+//! change has a higher number may have lost the key; when fewer than a
+//! quorum of holders are left, the lock may belong to someone else.
+//!
+//! # Safety argument
+//!
+//! This only ever *ends* a lease early; it never makes a lock valid. It
+//! assumes what the restart judgment does (see `standing.rs`): the client
+//! sees a change of server on the first connection to the new one, which
+//! is checked before any call uses it. The counter is read before the
+//! round's first request goes out, so a change noticed while the round was
+//! under way counts against it (the grant may have come from the old
+//! server). A holder's key can also vanish without a change this client
+//! sees (a `FLUSHALL`, a server changed behind a proxy that kept the
+//! client's connection open): then the lock is told lost at its next
+//! extension or at its expiry, as before.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::Notify;
+
+/// The server changes of one client's nodes.
+#[derive(Debug)]
+pub(crate) struct ServerChanges {
+    /// How many changes have been noted; the number of the last.
+    count: AtomicU64,
+    /// Per node, the number of its last change (0: none).
+    last: Box<[AtomicU64]>,
+    /// Per node, its name and the `run_id` of its last change.
+    names: Vec<Arc<str>>,
+    run_ids: Mutex<Vec<String>>,
+    /// Woken at each change.
+    pub(crate) noted: Notify,
+}
+
+impl ServerChanges {
+    pub(crate) fn new(names: Vec<Arc<str>>) -> Self {
+        ServerChanges {
+            count: AtomicU64::new(0),
+            last: names.iter().map(|_| AtomicU64::new(0)).collect(),
+            run_ids: Mutex::new(vec![String::new(); names.len()]),
+            names,
+            noted: Notify::new(),
+        }
+    }
+
+    /// The number of the last change so far: what a round reads before it
+    /// starts.
+    pub(crate) fn now(&self) -> u64 {
+        self.count.load(Ordering::Acquire)
+    }
+
+    /// Notes that the server behind node `index` changed to `run_id` and
+    /// may have lost keys; wakes every lease watcher.
+    pub(crate) fn changed(&self, index: usize, run_id: &str) {
+        if let Some(run_ids) = crate::tasks::lock(&self.run_ids).get_mut(index) {
+            *run_ids = run_id.to_owned();
+        }
+        let number = self.count.fetch_add(1, Ordering::AcqRel) + 1;
+        if let Some(last) = self.last.get(index) {
+            last.store(number, Ordering::Release);
+        }
+        self.noted.notify_waiters();
+    }
+
+    /// Whether node `index` changed after change number `since`.
+    fn changed_since(&self, index: usize, since: u64) -> bool {
+        self.last
+            .get(index)
+            .is_some_and(|last| last.load(Ordering::Acquire) > since)
+    }
+
+    /// Node `index`'s name and the `run_id` of its last change.
+    fn describe(&self, index: usize) -> (String, String) {
+        let name = self
+            .names
+            .get(index)
+            .map_or_else(String::new, |name| name.to_string());
+        let run_id = crate::tasks::lock(&self.run_ids)
+            .get(index)
+            .cloned()
+            .unwrap_or_default();
+        (name, run_id)
+    }
+}
+
+/// The nodes that hold one lock's keys, as its winning round counted them.
+#[derive(Debug)]
+pub(crate) struct Holding {
+    changes: Arc<ServerChanges>,
+    holders: Box<[usize]>,
+    /// The change counter before the round started.
+    since: u64,
+    quorum: usize,
+}
+
+impl Holding {
+    /// The lock held on `holders` (node indices) of a client whose quorum is
+    /// `quorum`, won by a round that read `since` from `changes` before it
+    /// started.
+    pub(crate) fn new(
+        changes: Arc<ServerChanges>,
+        holders: Box<[usize]>,
+        since: u64,
+        quorum: usize,
+    ) -> Self {
+        Holding {
+            changes,
+            holders,
+            since,
+            quorum,
+        }
+    }
+
+    /// The changes whose notification wakes a watcher of this lock.
+    pub(crate) fn changes(&self) -> &ServerChanges {
+        &self.changes
+    }
+
+    /// If too few holders are left unchanged for a quorum: the node (name,
+    /// new `run_id`) whose change left too few. One atomic load when no
+    /// server has changed since the round.
+    pub(crate) fn lost(&self) -> Option<(String, String)> {
+        if self.changes.now() <= self.since {
+            return None;
+        }
+        let mut left = self.holders.len();
+        for &index in self.holders.iter() {
+            if self.changes.changed_since(index, self.since) {
+                left -= 1;
+                if left < self.quorum {
+                    return Some(self.changes.describe(index));
+                }
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn changes(nodes: usize) -> Arc<ServerChanges> {
+        let names = (0..nodes).map(|i| Arc::from(format!("n{i}"))).collect();
+        Arc::new(ServerChanges::new(names))
+    }
+
+    /// A lock held on a bare quorum is lost when one holder changes; held
+    /// on more, it survives as long as a quorum of holders is unchanged;
+    /// changes before its round, or of nodes that do not hold it, are
+    /// not its concern.
+    #[test]
+    fn a_lock_is_lost_when_too_few_unchanged_holders_are_left() {
+        let changes = changes(5);
+        changes.changed(0, "old-change");
+        let since = changes.now();
+        let bare = Holding::new(changes.clone(), [0, 1, 2].into(), since, 3);
+        let wide = Holding::new(changes.clone(), [0, 1, 2, 3].into(), since, 3);
+        assert_eq!(bare.lost(), None, "a change before the round");
+        changes.changed(4, "r4");
+        assert_eq!(bare.lost(), None, "a node that does not hold it");
+        changes.changed(1, "r1");
+        assert_eq!(bare.lost(), Some(("n1".to_owned(), "r1".to_owned())));
+        assert_eq!(wide.lost(), None, "three unchanged holders left");
+        changes.changed(3, "r3");
+        assert_eq!(wide.lost(), Some(("n3".to_owned(), "r3".to_owned())));
+    }
+}

@@ -1,0 +1,100 @@
+//! Replicated primaries: a replica of a test server (`--replicaof`), its
+//! promotion (`REPLICAOF NO ONE`), and the `INFO` fields that tests wait on.
+//! Every wait is on a condition the server reports, never a fixed sleep.
+
+use std::time::{Duration, Instant};
+
+use super::RedisServer;
+
+impl RedisServer {
+    /// Starts a replica of `primary` and waits until its link is up and
+    /// the first sync has ended.
+    pub fn start_replica_of(primary: &RedisServer) -> RedisServer {
+        let port = primary.port().to_string();
+        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+        replica.wait_for(
+            "replication",
+            "master_link_status",
+            "up",
+            "the replica's first sync",
+        );
+        replica
+    }
+
+    /// One field of `INFO section` (`None` if the server does not report it).
+    pub fn info_field(&self, section: &str, field: &str) -> Option<String> {
+        let info: String = redis::cmd("INFO")
+            .arg(section)
+            .query(&mut self.connection())
+            .ok()?;
+        let prefix = format!("{field}:");
+        info.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .map(|value| value.trim().to_owned())
+    }
+
+    /// Waits (for at most 20 s) until `INFO section` reports `field` as
+    /// `value`; panics naming `what` otherwise.
+    pub fn wait_for(&self, section: &str, field: &str, value: &str, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let now = self.info_field(section, field);
+            if now.as_deref() == Some(value) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: {field} is {now:?}, not {value:?}, after 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits until the server reports an uptime of at least `at_least`
+    /// (whole seconds, as `INFO` counts them).
+    pub fn wait_up_for(&self, at_least: Duration) {
+        let deadline = Instant::now() + at_least + Duration::from_secs(20);
+        loop {
+            let up = self
+                .info_field("server", "uptime_in_seconds")
+                .and_then(|secs| secs.parse::<u64>().ok())
+                .unwrap_or(0);
+            if up >= at_least.as_secs() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "uptime stuck at {up} s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until this replica holds `key` (replicated from its primary).
+    pub fn wait_replicated(&self, key: &[u8]) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.exists(key) {
+            assert!(
+                Instant::now() < deadline,
+                "the key did not reach the replica"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Whether the server holds `key` (of any type).
+    pub fn exists(&self, key: &[u8]) -> bool {
+        redis::cmd("EXISTS")
+            .arg(key)
+            .query::<i64>(&mut self.connection())
+            .is_ok_and(|n| n > 0)
+    }
+
+    /// Makes this replica a primary (`REPLICAOF NO ONE`), cutting its link:
+    /// what its primary writes from now on does not reach it.
+    pub fn promote(&self) {
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .query(&mut self.connection())
+            .expect("REPLICAOF NO ONE");
+        self.wait_for("replication", "role", "master", "the promotion");
+    }
+}
