@@ -594,15 +594,19 @@ impl Acquisition<'_> {
         let handoff =
             |waiting: &Waiting| error.is_contended() || (error.is_unavailable() && waiting.queued);
         if let Some(waiting) = self.waiting.as_mut().filter(|waiting| handoff(waiting)) {
+            // Grants that did not count (a node recovering from a restart or
+            // failover) leave the reservations standing: waiting for them
+            // would claim again at once, round after round, for the whole
+            // grace. The retry delay paces those claims.
+            if !error.not_counted().is_empty() {
+                retry_delay(&self.engine.config, deadline).await;
+            }
             if !std::mem::take(&mut waiting.rewrite) {
                 let listening = waiting.listening.as_mut();
                 self.claiming = await_handoff(&self.engine.config, listening, deadline).await;
             }
         } else {
-            let config = &self.engine.config;
-            let unit = rand::rng().random::<f64>();
-            let delay = quorum::jittered(config.retry_delay, config.retry_jitter, unit);
-            tokio::time::sleep_until((Instant::now() + delay).min(deadline).into()).await;
+            retry_delay(&self.engine.config, deadline).await;
             // While too few nodes may be asked (they timed out and have not
             // answered their probe since), a round would fail at once: wait
             // for one to answer instead of spinning rounds that only cost
@@ -616,6 +620,13 @@ impl Acquisition<'_> {
         }
         Ok(())
     }
+}
+
+/// Sleeps for the jittered retry delay, or until `deadline`.
+async fn retry_delay(config: &crate::config::Config, deadline: Instant) {
+    let unit = rand::rng().random::<f64>();
+    let delay = quorum::jittered(config.retry_delay, config.retry_jitter, unit);
+    tokio::time::sleep_until((Instant::now() + delay).min(deadline).into()).await;
 }
 
 /// Waits until a node told this waiter that it reserved the lock for it

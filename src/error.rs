@@ -252,6 +252,17 @@ impl Error {
         }
     }
 
+    /// How many rounds the failed acquisition made, for [`Error::Contended`],
+    /// [`Error::Unavailable`] and [`Error::NoValidity`].
+    pub fn attempts(&self) -> Option<u32> {
+        match self {
+            Error::Contended { attempts, .. }
+            | Error::Unavailable { attempts, .. }
+            | Error::NoValidity { attempts, .. } => Some(*attempts),
+            _ => None,
+        }
+    }
+
     /// The votes of the round behind this error, where there was one.
     pub fn votes(&self) -> Option<&Votes> {
         match self {

@@ -1500,34 +1500,70 @@ mod tests {
         // 3. Changed while known: a restart from its start, whatever its age
         //    (an old one has long passed its grace); a promotion from now.
         let restarted = verdict(&old, Some("q/w"), false);
-        assert!(matches!(restarted, Verdict::Recovering { since: Since::Start, .. }));
+        assert!(matches!(
+            restarted,
+            Verdict::Recovering {
+                since: Since::Start,
+                ..
+            }
+        ));
         let failed_over = verdict(&promoted(3_600), Some("q/w"), false);
-        assert!(matches!(failed_over, Verdict::Recovering { since: Since::Seen, .. }));
+        assert!(matches!(
+            failed_over,
+            Verdict::Recovering {
+                since: Since::Seen,
+                ..
+            }
+        ));
         assert!(why(&failed_over).contains("failover"));
         // A promotion of the same server (a failback) changes its replid.
         let failed_back = verdict(&promoted(3_600), Some("r/old"), false);
-        assert!(matches!(failed_back, Verdict::Recovering { since: Since::Seen, .. }));
+        assert!(matches!(
+            failed_back,
+            Verdict::Recovering {
+                since: Since::Seen,
+                ..
+            }
+        ));
         // 4. First met, in its own record: counts, promoted or not.
         let recorded = |identity: Identity| Identity {
             record: vec!["r/x".into()],
             ..identity
         };
-        assert_eq!(verdict(&recorded(young.clone()), None, true), Verdict::Counts);
+        assert_eq!(
+            verdict(&recorded(young.clone()), None, true),
+            Verdict::Counts
+        );
         assert_eq!(verdict(&recorded(promoted(9)), None, true), Verdict::Counts);
         // Its bare run_id (an older client's entry) does not vouch for a promotion.
         let bare = Identity {
             record: vec!["r".into()],
             ..promoted(3_600)
         };
-        assert!(matches!(verdict(&bare, None, false), Verdict::Recovering { .. }));
+        assert!(matches!(
+            verdict(&bare, None, false),
+            Verdict::Recovering { .. }
+        ));
         // 5. First met, promoted, unrecorded: recovering from now, however old.
         let promoted_old = verdict(&promoted(3_600), None, false);
-        assert!(matches!(promoted_old, Verdict::Recovering { since: Since::Seen, .. }));
+        assert!(matches!(
+            promoted_old,
+            Verdict::Recovering {
+                since: Since::Seen,
+                ..
+            }
+        ));
         // 6. First met, up for the grace, never promoted: counts.
         assert_eq!(verdict(&old, None, true), Verdict::Counts);
         // 7. Young and unrecorded, strict: recovering from its start.
         let strict = verdict(&young, None, true);
-        assert!(matches!(strict, Verdict::Recovering { since: Since::Start, .. }));
+        assert!(matches!(
+            strict,
+            Verdict::Recovering {
+                since: Since::Start,
+                ..
+            }
+        ));
         // 8. Otherwise the records decide.
         assert_eq!(verdict(&young, None, false), Verdict::AskRecords);
         // No INFO: nothing can be seen; grace zero: protection off.
@@ -1619,7 +1655,10 @@ mod tests {
     #[test]
     fn a_recorded_run_id_that_no_node_has_is_a_vanished_incarnation() {
         // An older client's bare run_id names the incarnation of that run_id.
-        assert_eq!(vanished(["r0", "r2/x"].into_iter(), &["r0/a", "r2/x"]), None);
+        assert_eq!(
+            vanished(["r0", "r2/x"].into_iter(), &["r0/a", "r2/x"]),
+            None
+        );
         assert_eq!(vanished(["r0/b"].into_iter(), &["r0/a"]), Some("r0/b"));
         assert_eq!(vanished(["r"].into_iter(), &["r0/a"]), Some("r"));
         let current = ["r0", "r1b", "r2"];
