@@ -306,6 +306,7 @@ async fn first_contact(
                 attempts: 0,
                 source: unchecked.last().cloned(),
                 not_counted: unchecked.into_boxed_slice(),
+                failed: Box::default(),
             })
         }
     }
@@ -673,6 +674,7 @@ struct FenceFailure {
 fn failure(resources: &[&[u8]], round: &mut Round, elapsed: Duration, attempts: u32) -> Error {
     let (votes, last_error) = round.tally();
     let not_counted = round.take_not_counted();
+    let failed = round.take_failed();
     let resource = show_resources(resources);
     if votes.has_quorum() {
         Error::NoValidity {
@@ -688,6 +690,7 @@ fn failure(resources: &[&[u8]], round: &mut Round, elapsed: Duration, attempts: 
             attempts,
             source: last_error,
             not_counted,
+            failed,
         }
     } else {
         Error::Contended {
@@ -696,6 +699,7 @@ fn failure(resources: &[&[u8]], round: &mut Round, elapsed: Duration, attempts: 
             attempts,
             source: last_error,
             not_counted,
+            failed,
         }
     }
 }

@@ -140,6 +140,19 @@ pub enum NodeErrorKind {
     /// restart (asked, its grant not counted). Says why.
     #[error("its vote does not count: {0}")]
     NotCounted(Arc<NotCounted>),
+    /// No Sentinel of a Sentinel node named a primary: what each answered
+    /// (unreachable, no such master).
+    #[error("{0}")]
+    Sentinel(String),
+    /// The server behind a node that follows failovers (a Sentinel node),
+    /// or one this client knew as a primary, answers as a replica: a
+    /// failover is under way, or the address leads to a replica now. Not
+    /// used; asked again at the next attempt.
+    #[error("the server answers as a {role} (ROLE), not a primary: a failover under way?")]
+    NotPrimary {
+        /// The role it gave (`slave`).
+        role: String,
+    },
     /// The call was made outside a tokio runtime.
     #[error("no tokio runtime: quorlock must be used within a tokio runtime")]
     NoRuntime,

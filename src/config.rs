@@ -10,6 +10,7 @@ use redis::{Client, ConnectionAddr};
 
 use crate::error::BuildError;
 use crate::quorum::MAX_TTL;
+use crate::target::{SENTINEL_SCHEME, Sentinels, Target};
 
 /// The longest retry delay, retry jitter, per-node or connect timeout accepted.
 const MAX_DELAY_OPTION: Duration = Duration::from_secs(3600);
@@ -414,22 +415,26 @@ impl RedlockBuilder {
 
     /// Checks the options and opens the URLs: the clients and the
     /// [`Config`] to build the engine on.
-    pub(crate) fn validate(self) -> Result<(Vec<Client>, Config), BuildError> {
+    pub(crate) fn validate(self) -> Result<(Vec<Target>, Config), BuildError> {
         let config = self.config;
         config.check()?;
-        let clients = match self.nodes {
-            Nodes::Clients(clients) => clients,
+        let targets = match self.nodes {
+            Nodes::Clients(clients) => clients
+                .into_iter()
+                .map(|client| Target::Fixed(Box::new(client)))
+                .collect(),
             Nodes::Urls(urls) => urls
                 .iter()
                 .map(|url| open_url(url))
                 .collect::<Result<Vec<_>, _>>()?,
         };
-        if clients.is_empty() {
+        if targets.is_empty() {
             return Err(BuildError::NoNodes);
         }
-        for client in &clients {
-            if let ConnectionAddr::Tcp(_, 0) | ConnectionAddr::TcpTls { port: 0, .. } =
-                client.get_connection_info().addr()
+        for target in &targets {
+            if let Target::Fixed(client) = target
+                && let ConnectionAddr::Tcp(_, 0) | ConnectionAddr::TcpTls { port: 0, .. } =
+                    client.get_connection_info().addr()
             {
                 return Err(BuildError::InvalidUrl {
                     url: client.get_connection_info().addr().to_string(),
@@ -437,7 +442,7 @@ impl RedlockBuilder {
                 });
             }
         }
-        Ok((clients, config))
+        Ok((targets, config))
     }
 }
 
@@ -482,11 +487,21 @@ fn invalid_option(option: &'static str, reason: &str) -> BuildError {
     }
 }
 
-fn open_url(url: &str) -> Result<Client, BuildError> {
-    Client::open(url).map_err(|err| BuildError::InvalidUrl {
+/// A node from its URL: a `redis+sentinel://` one (see `target.rs`), or
+/// one the `redis` crate opens.
+fn open_url(url: &str) -> Result<Target, BuildError> {
+    let invalid = |reason: String| BuildError::InvalidUrl {
         url: redact_url(url),
-        reason: err.to_string(),
-    })
+        reason,
+    };
+    if url.starts_with(SENTINEL_SCHEME) {
+        return Sentinels::parse(url)
+            .map(|sentinels| Target::Sentinel(Arc::new(sentinels)))
+            .map_err(invalid);
+    }
+    Client::open(url)
+        .map(|client| Target::Fixed(Box::new(client)))
+        .map_err(|err| invalid(err.to_string()))
 }
 
 /// Masks the user info (`user:password@`) of a URL for display.

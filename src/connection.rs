@@ -61,6 +61,7 @@ use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisError};
 use tokio::sync::oneshot;
 
 use crate::answer::NodeErrorKind;
+use crate::target::Target;
 
 /// How long a failed connection attempt answers calls with its error before
 /// the next attempt is made.
@@ -98,7 +99,7 @@ enum State {
 
 /// One node's connection (see the module docs).
 pub(crate) struct Link {
-    client: Client,
+    target: Target,
     connect_timeout: Duration,
     check: Check,
     /// The last attempt's id, and the state.
@@ -158,9 +159,9 @@ impl Handle {
 }
 
 impl Link {
-    pub(crate) fn new(client: Client, connect_timeout: Duration, check: Check) -> Arc<Self> {
+    pub(crate) fn new(target: Target, connect_timeout: Duration, check: Check) -> Arc<Self> {
         Arc::new_cyclic(|me| Link {
-            client,
+            target,
             connect_timeout,
             check,
             state: Mutex::new((0, State::Idle)),
@@ -277,7 +278,7 @@ impl Link {
         }
         state.0 += 1;
         let id = state.0;
-        let client = self.client.clone();
+        let target = self.target.clone();
         let timeout = self.connect_timeout;
         let check = self.check.clone();
         let traffic = self.traffic.clone();
@@ -287,6 +288,7 @@ impl Link {
                 .set_connection_timeout(Some(timeout))
                 .set_response_timeout(None);
             let connect = async {
+                let client = target.resolve(timeout).await?;
                 let connection = connect(&client, &config, traffic, closed)
                     .await
                     .map_err(|err| connect_failure(err, timeout))?;
@@ -428,9 +430,12 @@ fn connect_failure(err: RedisError, timeout: Duration) -> Failure {
 }
 
 /// Whether a call's error means the connection itself is unusable (closed,
-/// reset, or its stream out of step), rather than a reply from the node.
+/// reset, or its stream out of step), rather than a reply from the node;
+/// or that the server behind it is no longer a primary (`READONLY`: it was
+/// demoted in a failover), so that the next call connects again, to
+/// whichever server the node leads to now, and checks it.
 pub(crate) fn is_broken(err: &RedisError) -> bool {
-    err.is_unrecoverable_error()
+    err.is_unrecoverable_error() || err.code() == Some("READONLY")
 }
 
 /// A multiplexed connection to `client`'s server, its driver task spawned
@@ -653,7 +658,11 @@ mod tests {
     fn the_batch_th_call_wakes_a_yielding_driver() {
         let client = Client::open("redis://127.0.0.1:1").expect("url");
         let check: Check = Arc::new(|_| async { Ok(()) }.boxed());
-        let link = Link::new(client, Duration::from_secs(1), check);
+        let link = Link::new(
+            Target::Fixed(Box::new(client)),
+            Duration::from_secs(1),
+            check,
+        );
         let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
         *crate::tasks::lock(&link.traffic.parked) = Some(futures::task::waker(wakes.clone()));
         let mut calls: Vec<Outstanding> = (1..BATCH).map(|_| link.outstanding()).collect();

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use redis::Client;
 
 use crate::answer::Answer;
 use crate::config::Config;
@@ -25,6 +24,7 @@ use crate::round::{NodeSet, Round, Until};
 use crate::session::{self, Session};
 use crate::standing::{self, NotReady, RestartPolicy, Standings};
 use crate::status::LockStatus;
+use crate::target::Target;
 use crate::tasks::Background;
 
 /// How long a release's calls that its round stopped waiting for go on in
@@ -118,10 +118,11 @@ pub(crate) struct Engine {
 impl Engine {
     /// The engine over `clients`, one per node, with checked options.
     /// Nothing is connected yet.
-    pub(crate) fn new(clients: Vec<Client>, config: Config) -> Arc<Engine> {
+    pub(crate) fn new(clients: Vec<Target>, config: Config) -> Arc<Engine> {
         let background = Background::default();
         let standings = Standings::new(
-            clients.iter().map(Node::name_of).collect(),
+            clients.iter().map(Target::name).collect(),
+            clients.iter().map(Target::follows_failovers).collect(),
             RestartPolicy {
                 grace: config.restart_grace,
                 trust_durable: config.trust_durable_nodes,

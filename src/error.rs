@@ -106,8 +106,9 @@ pub enum Error {
     /// enough nodes refused that no quorum was possible, on every attempt
     /// until the call's patience ran out.
     #[error(
-        "could not lock {resource}: held elsewhere ({votes}; {attempts} attempt(s)){}",
-        show_not_counted(.not_counted)
+        "could not lock {resource}: held elsewhere ({votes}; {attempts} attempt(s)){}{}",
+        show_nodes("failed", .failed),
+        show_nodes("not counted", .not_counted)
     )]
     Contended {
         /// The resource, shortened for display.
@@ -119,6 +120,9 @@ pub enum Error {
         /// The grants of the last attempt that did not count, each with why
         /// (a node recovering from a restart, say).
         not_counted: Box<[NodeError]>,
+        /// The nodes that failed in the last attempt, each with its error
+        /// (a wrong password, a timeout, a Sentinel that names no primary).
+        failed: Box<[NodeError]>,
         /// The last node error of the last attempt, if any node failed.
         #[source]
         source: Option<NodeError>,
@@ -127,8 +131,9 @@ pub enum Error {
     /// Too many nodes failed (errors or timeouts) or gave grants that do not
     /// count (a node recovering from a restart) for a quorum to be possible.
     #[error(
-        "could not lock {resource}: too few nodes answered ({votes}; {attempts} attempt(s)){}",
-        show_not_counted(.not_counted)
+        "could not lock {resource}: too few nodes answered ({votes}; {attempts} attempt(s)){}{}",
+        show_nodes("failed", .failed),
+        show_nodes("not counted", .not_counted)
     )]
     Unavailable {
         /// The resource, shortened for display.
@@ -140,6 +145,9 @@ pub enum Error {
         /// The grants (or, before any round, the nodes) of the last attempt
         /// that did not count, each with why.
         not_counted: Box<[NodeError]>,
+        /// The nodes that failed in the last attempt, each with its error
+        /// (a wrong password, a timeout, a Sentinel that names no primary).
+        failed: Box<[NodeError]>,
         /// The last node error of the last attempt.
         #[source]
         source: Option<NodeError>,
@@ -263,6 +271,15 @@ impl Error {
         }
     }
 
+    /// The nodes that failed in the last round, each with its error (see
+    /// [`Error::Unavailable`]). Empty when none failed.
+    pub fn failed(&self) -> &[NodeError] {
+        match self {
+            Error::Contended { failed, .. } | Error::Unavailable { failed, .. } => failed,
+            _ => &[],
+        }
+    }
+
     /// The votes of the round behind this error, where there was one.
     pub fn votes(&self) -> Option<&Votes> {
         match self {
@@ -357,16 +374,16 @@ impl fmt::Display for LostReason {
     }
 }
 
-/// The grants that did not count, for an error message: empty, or `; not
-/// counted: node a: why; node b: why`.
-fn show_not_counted(not_counted: &[NodeError]) -> String {
+/// Nodes with why, for an error message: empty, or `; <what>: node a:
+/// why; node b: why`.
+fn show_nodes(what: &str, nodes: &[NodeError]) -> String {
     let mut shown = String::new();
-    for (position, err) in not_counted.iter().enumerate() {
-        shown.push_str(if position == 0 {
-            "; not counted: "
-        } else {
-            "; "
-        });
+    for (position, err) in nodes.iter().enumerate() {
+        shown.push_str("; ");
+        if position == 0 {
+            shown.push_str(what);
+            shown.push_str(": ");
+        }
         shown.push_str(&err.to_string());
     }
     shown

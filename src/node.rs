@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{Client, Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use crate::answer::{Answer, NodeError, NodeErrorKind, NotCounted};
 use crate::connection::{self, Link};
@@ -27,6 +27,7 @@ use crate::queue::{self, Place};
 use crate::request::{LockId, Request, Shape};
 use crate::scripts;
 use crate::standing::Standings;
+use crate::target::Target;
 use crate::tasks;
 
 /// What a call is for, which decides its bound and how it treats a slow node.
@@ -232,7 +233,7 @@ impl Node {
     /// Node `index` of a client whose standings are `standings`: every new
     /// connection to it passes the standings' check first.
     pub(crate) fn new(
-        client: Client,
+        target: Target,
         timeout: Duration,
         connect_timeout: Duration,
         standings: Arc<Standings>,
@@ -248,19 +249,13 @@ impl Node {
         Node {
             shared: Arc::new(Shared {
                 name: standings.name(index).into(),
-                link: Link::new(client, connect_timeout, check),
+                link: Link::new(target, connect_timeout, check),
                 timeout,
                 connect_timeout,
                 legacy_set,
                 standing: Arc::new(Standing { standings, index }),
             }),
         }
-    }
-
-    /// The name a node of `client` goes by: `host:port` (or the socket
-    /// path), never credentials.
-    pub(crate) fn name_of(client: &Client) -> Arc<str> {
-        client.get_connection_info().addr().to_string().into()
     }
 
     /// Connects (which checks the node) unless connected; for the first

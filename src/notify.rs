@@ -30,10 +30,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use redis::Client;
 use tokio::sync::{mpsc, watch};
 
 use crate::meter;
+use crate::target::Target;
 use crate::tasks;
 
 /// The pause before reopening a pub/sub connection that failed.
@@ -69,7 +69,7 @@ pub(crate) type Orphaned = Arc<dyn Fn(usize, Arc<[u8]>, Arc<str>) + Send + Sync>
 
 /// The listeners of one client.
 pub(crate) struct Notifications {
-    clients: Vec<Client>,
+    targets: Vec<Target>,
     /// How long a node's pub/sub connection may take to open.
     connect_timeout: Duration,
     /// This client's id: its channel is named after it.
@@ -90,7 +90,7 @@ pub(crate) struct Notifications {
 impl std::fmt::Debug for Notifications {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Notifications")
-            .field("nodes", &self.clients.len())
+            .field("nodes", &self.targets.len())
             .finish()
     }
 }
@@ -106,14 +106,14 @@ impl Notifications {
     /// The notifications of a client with id `id` and liveness key
     /// `live_key` (see `session.rs`) over the nodes of `clients`.
     pub(crate) fn new(
-        clients: Vec<Client>,
+        targets: Vec<Target>,
         connect_timeout: Duration,
         id: Arc<str>,
         live_key: &str,
     ) -> Self {
-        let tasks = clients.iter().map(|_| Mutex::default()).collect();
+        let tasks = targets.iter().map(|_| Mutex::default()).collect();
         Notifications {
-            clients,
+            targets,
             connect_timeout,
             id,
             waiter_prefix: format!("{live_key}.").into(),
@@ -163,7 +163,7 @@ impl Notifications {
         if !tasks::has_runtime() {
             return;
         }
-        for (index, (client, task)) in self.clients.iter().zip(&self.tasks).enumerate() {
+        for (index, (target, task)) in self.targets.iter().zip(&self.tasks).enumerate() {
             let mut task = tasks::lock(task);
             if task.as_ref().is_some_and(|sender| !sender.is_closed()) {
                 continue;
@@ -172,7 +172,7 @@ impl Notifications {
             tasks::spawn(listen_to_node(
                 Subscription {
                     index,
-                    client: client.clone(),
+                    target: target.clone(),
                     connect_timeout: self.connect_timeout,
                     channel: format!("{WAKE_CHANNEL_PREFIX}{}", self.id),
                     waiter_prefix: self.waiter_prefix.clone(),
@@ -243,7 +243,7 @@ fn mark_all(wanted: &Wanted, index: usize) {
 struct Subscription {
     /// The node's index.
     index: usize,
-    client: Client,
+    target: Target,
     connect_timeout: Duration,
     /// The client's channel.
     channel: String,
@@ -295,22 +295,23 @@ async fn listen_to_node(
     mut closed: mpsc::UnboundedReceiver<()>,
 ) {
     let Subscription {
-        client,
+        target,
         connect_timeout,
         channel,
         ..
     } = &subscription;
     loop {
         let connected = tokio::time::timeout(*connect_timeout, async {
-            let mut pubsub = client.get_async_pubsub().await?;
-            pubsub.subscribe(channel).await?;
-            Ok::<_, redis::RedisError>(pubsub)
+            let client = target.resolve(*connect_timeout).await.ok()?;
+            let mut pubsub = client.get_async_pubsub().await.ok()?;
+            pubsub.subscribe(channel).await.ok()?;
+            Some(pubsub)
         });
         let pubsub = tokio::select! {
             _ = closed.recv() => return,
             connected = connected => connected,
         };
-        if let Ok(Ok(mut pubsub)) = pubsub {
+        if let Ok(Some(mut pubsub)) = pubsub {
             // Handoffs published while nobody listened (before this
             // connection, or between two) are not lost: every waiter takes
             // this node as possibly reserved for it, and its claim round
@@ -420,7 +421,9 @@ mod tests {
         assert_eq!(listening.take(), node_bit(1));
         let subscription = Subscription {
             index: 2,
-            client: Client::open("redis://127.0.0.1:1").expect("a client is only a URL"),
+            target: Target::Fixed(Box::new(
+                redis::Client::open("redis://127.0.0.1:1").expect("a client is only a URL"),
+            )),
             connect_timeout: Duration::from_secs(1),
             channel: String::new(),
             waiter_prefix: notifications.waiter_prefix.clone(),

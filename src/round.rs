@@ -137,6 +137,8 @@ pub(crate) struct Round {
     /// The grants that did not count: each node, with why (empty, without
     /// allocating, in the usual case).
     not_counted: Vec<(usize, NodeError)>,
+    /// The nodes that failed (empty, without allocating, in the usual case).
+    failed: Vec<NodeError>,
 }
 
 impl Round {
@@ -166,6 +168,7 @@ impl Round {
             linger,
             standings: standings.cloned(),
             not_counted: Vec::new(),
+            failed: Vec::new(),
         }
     }
 
@@ -265,6 +268,7 @@ impl Round {
                 tracing::trace!(error = %err, "node failed");
                 self.votes.record(&answer);
                 self.last_error = Some(err.clone());
+                self.failed.push(err.clone());
             }
             _ => self.votes.record(&answer),
         }
@@ -295,6 +299,11 @@ impl Round {
             Some(linger) => self.background.spawn(tokio::time::timeout(linger, pending)),
             None => self.background.spawn(pending),
         };
+    }
+
+    /// Takes the nodes that failed, each with its error, for an error.
+    pub(crate) fn take_failed(&mut self) -> Box<[NodeError]> {
+        std::mem::take(&mut self.failed).into_boxed_slice()
     }
 
     /// Takes the grants that did not count, each with why, for an error.

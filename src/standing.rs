@@ -393,12 +393,16 @@ pub(crate) struct Standings {
     recorder: OnceLock<Recorder>,
     /// The servers that changed under locks this client may hold.
     changes: Arc<ServerChanges>,
+    /// Per node, whether the server behind it moves in failovers (a
+    /// Sentinel node): a replica there is passed over, not refused.
+    follows_failovers: Vec<bool>,
     me: Weak<Standings>,
 }
 
 impl Standings {
     pub(crate) fn new(
         names: Vec<Arc<str>>,
+        follows_failovers: Vec<bool>,
         policy: RestartPolicy,
         key_prefix: &[u8],
         scripts: &'static [&'static str],
@@ -431,6 +435,7 @@ impl Standings {
             connect_timeout,
             recorder: OnceLock::new(),
             changes,
+            follows_failovers,
             me: me.clone(),
         })
     }
@@ -578,6 +583,7 @@ impl Standings {
     ) -> Result<Option<u32>, NodeErrorKind> {
         let started = Instant::now();
         let identity = self.read(index, &mut connection).await?;
+        self.primary_or_failing_over(index, &identity)?;
         let read_at = Instant::now();
         let name = &self.names[index];
         let known = self.record_read(index, &identity);
@@ -626,6 +632,30 @@ impl Standings {
         };
         self.recovering(index, connection, recovery);
         Ok(identity.major_version)
+    }
+
+    /// A server that answers as a replica, where the node follows failovers
+    /// or this client knew a primary there, is a failover under way (or an
+    /// address that leads to a replica now): the connection is not used,
+    /// and the next attempt asks again. At a fixed node's first check it is
+    /// a misconfiguration instead (see [`misconfiguration`]).
+    fn primary_or_failing_over(
+        &self,
+        index: usize,
+        identity: &Identity,
+    ) -> Result<(), NodeErrorKind> {
+        let Some(role) = identity.role.as_deref().filter(|role| *role != "master") else {
+            return Ok(());
+        };
+        let known = self.detail(index).identity.is_some();
+        if !(known || self.follows_failovers.get(index).copied().unwrap_or(false)) {
+            return Ok(());
+        }
+        let failure = NodeErrorKind::NotPrimary {
+            role: role.to_owned(),
+        };
+        self.record_failure(index, failure.clone());
+        Err(failure)
     }
 
     /// Reads node `index`'s identity on `connection`, warning of each check

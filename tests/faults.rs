@@ -400,5 +400,13 @@ async fn passwords_and_acl_users_in_urls() {
         );
         let source = std::error::Error::source(&err).unwrap().to_string();
         assert!(source.contains("authentication failed"), "{source}");
+        // The message itself names the node and why it could not be used.
+        let shown = err.to_string();
+        let node = url.rsplit('@').next().unwrap_or_default();
+        assert!(
+            shown.contains(&format!("failed: node {node}")) && shown.contains("authentication"),
+            "{shown}"
+        );
+        assert_eq!(err.failed().len(), 1, "{err:?}");
     }
 }

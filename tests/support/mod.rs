@@ -13,6 +13,8 @@ pub use proxy::DelayProxy;
 
 mod replication;
 
+pub mod sentinel;
+
 mod logs;
 #[allow(unused_imports)]
 pub use logs::capture_logs;
@@ -227,9 +229,28 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    /// A synchronous connection for inspecting and seeding keys.
+    /// The `--requirepass` it was started with, if any.
+    pub fn password(&self) -> Option<&str> {
+        let at = self
+            .extra_args
+            .iter()
+            .position(|arg| arg == "--requirepass")?;
+        self.extra_args.get(at + 1).map(String::as_str)
+    }
+
+    /// `redis://[:password@]127.0.0.1:PORT`: [`url`](Self::url) with the
+    /// password it was started with.
+    pub fn url_with_password(&self) -> String {
+        match self.password() {
+            Some(password) => format!("redis://:{password}@127.0.0.1:{}", self.port),
+            None => self.url(),
+        }
+    }
+
+    /// A synchronous connection for inspecting and seeding keys (with the
+    /// server's password, if it has one).
     pub fn connection(&self) -> redis::Connection {
-        let client = redis::Client::open(self.url()).expect("test url");
+        let client = redis::Client::open(self.url_with_password()).expect("test url");
         client
             .get_connection_with_timeout(Duration::from_secs(5))
             .unwrap_or_else(|err| panic!("connect to test server {}: {err}", self.port))

@@ -11,7 +11,13 @@ impl RedisServer {
     /// the first sync has ended.
     pub fn start_replica_of(primary: &RedisServer) -> RedisServer {
         let port = primary.port().to_string();
-        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+        let mut args = vec!["--replicaof", "127.0.0.1", &port];
+        // The primary's password is the replica's too, for its link and
+        // for its own clients (after a promotion).
+        if let Some(password) = primary.password() {
+            args.extend(["--masterauth", password, "--requirepass", password]);
+        }
+        let replica = RedisServer::start_with(&args);
         replica.wait_for(
             "replication",
             "master_link_status",
@@ -85,6 +91,26 @@ impl RedisServer {
             .arg(key)
             .query::<i64>(&mut self.connection())
             .is_ok_and(|n| n > 0)
+    }
+
+    /// Cuts this replica's link to its primary for good while it stays a
+    /// replica: a wrong `masterauth`, and its link killed on `primary`; it
+    /// cannot reconnect, so nothing the primary writes from now on reaches
+    /// it, and a failover can promote it.
+    pub fn cut_link_from(&self, primary: &RedisServer) {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("masterauth")
+            .arg("not-the-password")
+            .query(&mut self.connection())
+            .expect("CONFIG SET masterauth");
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("replica")
+            .query(&mut primary.connection())
+            .expect("CLIENT KILL TYPE replica");
+        self.wait_for("replication", "master_link_status", "down", "the cut link");
     }
 
     /// Makes this replica a primary (`REPLICAOF NO ONE`), cutting its link:

@@ -1,0 +1,280 @@
+//! Where a node is: a fixed address (a `redis://`, `rediss://` or
+//! `unix://` URL, or a `redis::Client`), or a primary that Redis Sentinel
+//! manages, named by its Sentinels and its master name
+//! (`redis+sentinel://`).
+//!
+//! A Sentinel node is resolved each time a connection to it is made (the
+//! first, and each after a break): the Sentinels are asked in parallel
+//! (`SENTINEL GET-MASTER-ADDR-BY-NAME`), the first answer naming a primary
+//! wins, and the connection goes there. A failover follows by itself:
+//! Sentinel closes the clients of the servers it reconfigures, the closed
+//! connection is replaced at once (see `connection.rs`), the Sentinels are
+//! asked again, and the new primary's check holds it back as a failover
+//! (see `standing.rs`). A server that answers as a replica (a Sentinel that
+//! has not heard of the failover yet, or a primary demoted since) fails the
+//! check, and the node is resolved again at the next attempt.
+//!
+//! # The URL
+//!
+//! `redis+sentinel://[user:password@]host:port[,host:port…]/<master-name>[/<db>][?sentinel_username=…&sentinel_password=…]`
+//!
+//! - The user and password before `@` are the **data nodes'** (the
+//!   primary's `AUTH`).
+//! - `sentinel_username` and `sentinel_password` are the **Sentinels'**
+//!   (`requirepass` in their configuration); none by default.
+//! - A host without a port is on Sentinel's port, 26379.
+//! - Percent-encoding is decoded, as in `redis://` URLs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
+
+use crate::answer::NodeErrorKind;
+
+/// The URL scheme of a Sentinel-managed node.
+pub(crate) const SENTINEL_SCHEME: &str = "redis+sentinel://";
+
+/// Sentinel's default port.
+const SENTINEL_PORT: u16 = 26379;
+
+/// Where one node is.
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    /// One address.
+    Fixed(Box<Client>),
+    /// The primary that Sentinels name.
+    Sentinel(Arc<Sentinels>),
+}
+
+/// A Sentinel-managed primary: its Sentinels and master name, and how to
+/// connect to the primary once they named it.
+#[derive(Debug)]
+pub(crate) struct Sentinels {
+    /// One client per Sentinel (its address, the Sentinels' credentials).
+    sentinels: Vec<Client>,
+    master: String,
+    /// The data nodes' credentials and database; the address is set when
+    /// the Sentinels name the primary.
+    data: ConnectionInfo,
+    name: Arc<str>,
+}
+
+impl Target {
+    /// The name the node goes by: `host:port` (or the socket path) of a
+    /// fixed one; `<master-name>@<first Sentinel>` of a Sentinel one.
+    pub(crate) fn name(&self) -> Arc<str> {
+        match self {
+            Target::Fixed(client) => client.get_connection_info().addr().to_string().into(),
+            Target::Sentinel(sentinels) => sentinels.name.clone(),
+        }
+    }
+
+    /// Whether the server behind the node moves in failovers (a Sentinel
+    /// node): one that answers as a replica is passed over, not refused.
+    pub(crate) fn follows_failovers(&self) -> bool {
+        matches!(self, Target::Sentinel(_))
+    }
+
+    /// The client to connect with now: a fixed node's own; a Sentinel
+    /// node's primary, as the Sentinels name it (each asked within
+    /// `timeout`).
+    ///
+    /// Cancel safe: it only reads.
+    pub(crate) async fn resolve(&self, timeout: Duration) -> Result<Client, NodeErrorKind> {
+        match self {
+            Target::Fixed(client) => Ok((**client).clone()),
+            Target::Sentinel(sentinels) => sentinels.primary(timeout).await,
+        }
+    }
+}
+
+impl Sentinels {
+    /// Parses a `redis+sentinel://` URL (see the module docs).
+    pub(crate) fn parse(url: &str) -> Result<Self, String> {
+        let rest = url
+            .strip_prefix(SENTINEL_SCHEME)
+            .ok_or_else(|| format!("a Sentinel URL starts with {SENTINEL_SCHEME}"))?;
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (authority, path) = rest
+            .split_once('/')
+            .ok_or("no master name: the URL ends with /<master-name>")?;
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => (Some(userinfo), hosts),
+            None => (None, authority),
+        };
+        let (master, db) = path.split_once('/').unwrap_or((path, ""));
+        if master.is_empty() {
+            return Err("no master name: the URL ends with /<master-name>".into());
+        }
+        let sentinel_auth = sentinel_userinfo(query)?;
+        let sentinels = hosts
+            .split(',')
+            .map(|host| sentinel_client(host, sentinel_auth.as_deref()))
+            .collect::<Result<Vec<Client>, String>>()?;
+        let userinfo = userinfo.map_or_else(String::new, |userinfo| format!("{userinfo}@"));
+        // The primary's address is unknown until the Sentinels name it.
+        let data = format!("redis://{userinfo}127.0.0.1:1/{db}")
+            .into_connection_info()
+            .map_err(|err| format!("the data nodes' credentials or database: {err}"))?;
+        let first = hosts.split(',').next().unwrap_or_default();
+        Ok(Sentinels {
+            sentinels,
+            master: master.to_owned(),
+            data,
+            name: format!("{master}@{first}").into(),
+        })
+    }
+
+    /// Asks every Sentinel for the primary (each within `timeout`); the
+    /// first to name one wins. Fails, saying what each Sentinel answered,
+    /// when none does.
+    async fn primary(&self, timeout: Duration) -> Result<Client, NodeErrorKind> {
+        let asks = self.sentinels.iter().map(|sentinel| {
+            let sentinel = sentinel.clone();
+            let master = self.master.clone();
+            async move {
+                let addr = sentinel.get_connection_info().addr().to_string();
+                let asked = tokio::time::timeout(timeout, ask(&sentinel, &master)).await;
+                match asked {
+                    Ok(Ok(primary)) => Ok(primary),
+                    Ok(Err(why)) => Err(format!("{addr}: {why}")),
+                    Err(_) => Err(format!("{addr}: no answer within {timeout:?}")),
+                }
+            }
+            .boxed()
+        });
+        let mut asks: futures::stream::FuturesUnordered<_> = asks.collect();
+        let mut answers = Vec::new();
+        while let Some(answer) = asks.next().await {
+            match answer {
+                Ok((host, port)) => {
+                    let info = self.data.clone().set_addr(ConnectionAddr::Tcp(host, port));
+                    return Client::open(info).map_err(|err| NodeErrorKind::Redis(Arc::new(err)));
+                }
+                Err(why) => answers.push(why),
+            }
+        }
+        Err(NodeErrorKind::Sentinel(format!(
+            "no Sentinel named a primary for master {:?} ({})",
+            self.master,
+            answers.join("; ")
+        )))
+    }
+}
+
+/// `SENTINEL GET-MASTER-ADDR-BY-NAME master` on one Sentinel.
+async fn ask(sentinel: &Client, master: &str) -> Result<(String, u16), String> {
+    let mut connection = sentinel
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|err| err.to_string())?;
+    let reply: Value = redis::cmd("SENTINEL")
+        .arg("GET-MASTER-ADDR-BY-NAME")
+        .arg(master)
+        .query_async(&mut connection)
+        .await
+        .map_err(|err| err.to_string())?;
+    match reply {
+        Value::Array(items) if items.len() == 2 => {
+            let host: String = redis::from_redis_value(items[0].clone())
+                .map_err(|_| format!("an address that is not text: {items:?}"))?;
+            let port: String = redis::from_redis_value(items[1].clone())
+                .map_err(|_| format!("a port that is not text: {items:?}"))?;
+            let port = port
+                .parse()
+                .map_err(|_| format!("a port that is not a number: {port:?}"))?;
+            Ok((host, port))
+        }
+        Value::Nil => Err(format!("knows no master named {master:?}")),
+        other => Err(format!("unexpected reply {other:?}")),
+    }
+}
+
+/// The Sentinels' `user:password@` from the URL's query, if any.
+fn sentinel_userinfo(query: &str) -> Result<Option<String>, String> {
+    let (mut user, mut password) = (None, None);
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        match pair.split_once('=') {
+            Some(("sentinel_username", value)) => user = Some(value),
+            Some(("sentinel_password", value)) => password = Some(value),
+            _ => return Err(format!("unknown query parameter {pair:?}")),
+        }
+    }
+    Ok(match (user, password) {
+        (None, None) => None,
+        (user, password) => Some(format!(
+            "{}:{}@",
+            user.unwrap_or_default(),
+            password.unwrap_or_default()
+        )),
+    })
+}
+
+/// The client of one Sentinel at `host` (`host:port`, or a host on
+/// Sentinel's port).
+fn sentinel_client(host: &str, userinfo: Option<&str>) -> Result<Client, String> {
+    if host.is_empty() {
+        return Err("an empty Sentinel address".into());
+    }
+    let has_port = match host.rfind(']') {
+        Some(bracket) => host[bracket..].contains(':'),
+        None => host.contains(':'),
+    };
+    let address = if has_port {
+        host.to_owned()
+    } else {
+        format!("{host}:{SENTINEL_PORT}")
+    };
+    Client::open(format!("redis://{}{address}", userinfo.unwrap_or_default()))
+        .map_err(|err| format!("Sentinel address {host:?}: {err}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addrs(sentinels: &Sentinels) -> Vec<String> {
+        sentinels
+            .sentinels
+            .iter()
+            .map(|client| client.get_connection_info().addr().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_sentinel_url_names_its_sentinels_master_and_both_credentials() {
+        let parsed = Sentinels::parse(
+            "redis+sentinel://app:s%40cret@10.0.0.1:26380,10.0.0.2/orders/3?sentinel_password=pw",
+        )
+        .unwrap();
+        assert_eq!(addrs(&parsed), ["10.0.0.1:26380", "10.0.0.2:26379"]);
+        assert_eq!(parsed.master, "orders");
+        assert_eq!(&*parsed.name, "orders@10.0.0.1:26380");
+        let data = parsed.data.redis_settings();
+        assert_eq!(data.username(), Some("app"));
+        assert_eq!(data.password(), Some("s@cret"));
+        assert_eq!(data.db(), 3);
+        let sentinel = parsed.sentinels[0].get_connection_info();
+        assert_eq!(sentinel.redis_settings().password(), Some("pw"));
+        assert_eq!(sentinel.redis_settings().username(), None);
+    }
+
+    #[test]
+    fn a_bad_sentinel_url_is_refused_saying_why() {
+        for (url, why) in [
+            ("redis+sentinel://127.0.0.1:26379", "no master name"),
+            ("redis+sentinel://127.0.0.1:26379/", "no master name"),
+            ("redis+sentinel://,127.0.0.1/m", "empty Sentinel address"),
+            (
+                "redis+sentinel://127.0.0.1/m?password=x",
+                "unknown query parameter",
+            ),
+            ("redis+sentinel://127.0.0.1:notaport/m", "Sentinel address"),
+        ] {
+            let err = Sentinels::parse(url).expect_err(url);
+            assert!(err.contains(why), "{url}: {err}");
+        }
+    }
+}
