@@ -8,13 +8,18 @@
 //! 1. no lock: the workers oversell;
 //! 2. quorlock over 5 nodes: exactly 100 are sold;
 //! 3. quorlock over 5 nodes, 2 of them killed in the middle of the round:
-//!    still exactly 100.
+//!    still exactly 100;
+//! 4. (with `--sentinel`) quorlock over one Sentinel-managed primary, the
+//!    Redis most teams run, killed in the middle of the round: the
+//!    Sentinels promote its replica, the lock follows through the same URL,
+//!    holds the new primary back for the restart grace (it may have lost
+//!    keys), and still exactly 100 are sold.
 //!
 //! It exits non-zero if a locked round sells anything but the stock.
 //! `scripts/demo.sh` starts the servers and runs it:
 //!
 //! ```text
-//! inventory [--workers N] DATABASE_URL NODE_URL x5
+//! inventory [--workers N] [--sentinel SENTINEL_URL PRIMARY_URL] DATABASE_URL NODE_URL x5
 //! ```
 
 use std::process::{Command, ExitCode, Stdio};
@@ -28,6 +33,10 @@ const RESOURCE: &str = "inventory:item-42";
 const TTL: Duration = Duration::from_secs(2);
 /// A round that has not finished by then is reported as failed.
 const ROUND_LIMIT: Duration = Duration::from_secs(60);
+/// How long a node whose server changed (a restart, a failover) is held
+/// back: short for the demo (the default, 60 s, covers the longest TTL that
+/// other clients of the nodes may use).
+const RESTART_GRACE: Duration = Duration::from_secs(5);
 
 /// What one worker reports: items sold, lock acquisitions, failed lock calls.
 #[derive(Debug, Default, Clone, Copy)]
@@ -69,7 +78,10 @@ impl Tally {
 }
 
 fn usage() -> ExitCode {
-    eprintln!("usage: inventory [--workers N] DATABASE_URL NODE_URL [NODE_URL...]");
+    eprintln!(
+        "usage: inventory [--workers N] [--sentinel SENTINEL_URL PRIMARY_URL] DATABASE_URL \
+         NODE_URL [NODE_URL...]"
+    );
     ExitCode::from(2)
 }
 
@@ -86,8 +98,8 @@ fn main() -> ExitCode {
         }
     };
     if args.first().map(String::as_str) == Some("--worker") {
-        // --worker MODE DATABASE_URL NODE_URL...
-        if args.len() < 4 {
+        // --worker MODE DATABASE_URL [NODE_URL...]
+        if args.len() < 3 {
             return usage();
         }
         let locked = args[1] == "lock";
@@ -110,10 +122,34 @@ fn main() -> ExitCode {
         }
         args.drain(..2);
     }
+    let mut sentinel = None;
+    if args.first().map(String::as_str) == Some("--sentinel") {
+        if args.len() < 3 {
+            return usage();
+        }
+        sentinel = Some((args[1].clone(), args[2].clone()));
+        args.drain(..3);
+    }
     if args.len() < 2 {
         return usage();
     }
-    match runtime.block_on(coordinate(workers, &args[0], &args[1..])) {
+    let mut rounds = vec![
+        Plan::new("no lock", &[], &[]),
+        Plan::new("quorlock", &args[1..], &[]),
+        Plan::new(
+            "quorlock, 2 nodes killed",
+            &args[1..],
+            &args[1..3.min(args.len())],
+        ),
+    ];
+    if let Some((sentinel_url, primary)) = &sentinel {
+        rounds.push(Plan::new(
+            "Sentinel, primary killed",
+            std::slice::from_ref(sentinel_url),
+            std::slice::from_ref(primary),
+        ));
+    }
+    match runtime.block_on(coordinate(workers, &args[0], &rounds)) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(err) => {
@@ -125,26 +161,33 @@ fn main() -> ExitCode {
 
 type AnyError = Box<dyn std::error::Error + Send + Sync>;
 
-/// One worker process: buys until the stock is gone.
+/// One worker process: buys until the stock is gone, under the lock over
+/// `nodes` (none: without a lock).
 async fn worker(locked: bool, database: &str, nodes: &[String]) -> Result<Tally, AnyError> {
     let mut store = redis::Client::open(database)?
         .get_multiplexed_async_connection()
         .await?;
-    let redlock = Redlock::builder(nodes)
-        // A hot lock shared by several processes: retry soon, with jitter, and
-        // give up on one call after 5 s.
-        .retry_delay(Duration::from_millis(5))
-        .retry_jitter(Duration::from_millis(5))
-        .acquire_timeout(Duration::from_secs(5))
-        .build()?;
+    let redlock = if locked {
+        let redlock = Redlock::builder(nodes)
+            // A hot lock shared by several processes: retry soon, with
+            // jitter, and give up on one call after 5 s.
+            .retry_delay(Duration::from_millis(5))
+            .retry_jitter(Duration::from_millis(5))
+            .acquire_timeout(Duration::from_secs(5))
+            .restart_grace(RESTART_GRACE)
+            .build()?;
+        Some(redlock)
+    } else {
+        None
+    };
     let started = Instant::now();
     let mut tally = Tally::default();
     loop {
         if started.elapsed() > ROUND_LIMIT {
             return Err("the round took too long".into());
         }
-        let guard = if locked {
-            match redlock.lock(RESOURCE, TTL).await {
+        let guard = match &redlock {
+            Some(redlock) => match redlock.lock(RESOURCE, TTL).await {
                 Ok(guard) => {
                     tally.acquisitions += 1;
                     Some(guard)
@@ -154,9 +197,8 @@ async fn worker(locked: bool, database: &str, nodes: &[String]) -> Result<Tally,
                     tally.failures += 1;
                     continue;
                 }
-            }
-        } else {
-            None
+            },
+            None => None,
         };
         // The read-check-write of a service that trusts its lock.
         let stock: i64 = store.get("stock").await?;
@@ -181,6 +223,24 @@ async fn worker(locked: bool, database: &str, nodes: &[String]) -> Result<Tally,
     }
 }
 
+/// One round to run: its lock nodes (none: no lock), and the nodes to kill
+/// once a third of the stock is sold.
+struct Plan {
+    name: &'static str,
+    nodes: Vec<String>,
+    kill: Vec<String>,
+}
+
+impl Plan {
+    fn new(name: &'static str, nodes: &[String], kill: &[String]) -> Self {
+        Plan {
+            name,
+            nodes: nodes.to_vec(),
+            kill: kill.to_vec(),
+        }
+    }
+}
+
 /// One row of the table.
 struct Row {
     name: &'static str,
@@ -191,19 +251,16 @@ struct Row {
     stock_left: i64,
 }
 
-/// Runs the three rounds and prints the table; true if the locked rounds sold
+/// Runs the rounds and prints the table; true if the locked rounds sold
 /// exactly the stock.
-async fn coordinate(workers: usize, database: &str, nodes: &[String]) -> Result<bool, AnyError> {
+async fn coordinate(workers: usize, database: &str, rounds: &[Plan]) -> Result<bool, AnyError> {
     let exe = std::env::current_exe()?;
     let mut store = redis::Client::open(database)?
         .get_multiplexed_async_connection()
         .await?;
     let mut rows = Vec::new();
-    for (name, locked, kill) in [
-        ("no lock", false, false),
-        ("quorlock", true, false),
-        ("quorlock, 2 nodes killed", true, true),
-    ] {
+    for Plan { name, nodes, kill } in rounds {
+        let (name, locked) = (*name, !nodes.is_empty());
         let _: () = store.set("stock", STOCK).await?;
         println!(
             "round {}: {name}, {workers} worker processes ...",
@@ -222,8 +279,8 @@ async fn coordinate(workers: usize, database: &str, nodes: &[String]) -> Result<
                     .spawn()?,
             );
         }
-        if kill {
-            // Kill 2 of the lock nodes once about a third of the stock is gone.
+        if !kill.is_empty() {
+            // Kill the nodes once about a third of the stock is gone.
             loop {
                 let stock: i64 = store.get("stock").await?;
                 if stock <= STOCK * 2 / 3 || started.elapsed() > ROUND_LIMIT {
@@ -231,7 +288,7 @@ async fn coordinate(workers: usize, database: &str, nodes: &[String]) -> Result<
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            for url in nodes.iter().take(2) {
+            for url in kill {
                 shutdown(url).await;
                 println!(
                     "  killed lock node {url} with {} items left",
@@ -270,7 +327,7 @@ async fn coordinate(workers: usize, database: &str, nodes: &[String]) -> Result<
 
     println!();
     println!(
-        "{:<5} {:<26} {:>10} {:>7} {:>5} {:>8} {:>9} {:>12} {:>13}",
+        "{:<5} {:<28} {:>10} {:>7} {:>5} {:>8} {:>9} {:>12} {:>13}",
         "round",
         "lock",
         "lock nodes",
@@ -290,7 +347,7 @@ async fn coordinate(workers: usize, database: &str, nodes: &[String]) -> Result<
             correct = false;
         }
         println!(
-            "{:<5} {:<26} {:>10} {:>7} {:>5} {:>8} {:>8.2}s {:>12} {:>13}",
+            "{:<5} {:<28} {:>10} {:>7} {:>5} {:>8} {:>8.2}s {:>12} {:>13}",
             index + 1,
             row.name,
             if locked {

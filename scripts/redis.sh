@@ -26,7 +26,9 @@ redis_setup() {
     trap 'exit 143' TERM
 }
 
-# Starts one server on a free loopback port; prints its URL.
+# Starts one server on a free loopback port, with extra arguments "$@"
+# (`--replicaof 127.0.0.1 PORT`), or with --sentinel CONF_LINES... a Sentinel
+# whose configuration holds those lines; prints its URL.
 redis_start() {
     local port dir attempt
     for attempt in $(seq 50); do
@@ -35,9 +37,15 @@ redis_start() {
         if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi
         dir="$REDIS_TMP/$port"
         mkdir -p "$dir"
-        redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
-            --dir "$dir" --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" \
-            || continue
+        if [ "${1:-}" = --sentinel ]; then
+            printf '%s\n' "port $port" "bind 127.0.0.1" "dir $dir" "${@:2}" >"$dir/sentinel.conf"
+            redis-server "$dir/sentinel.conf" --sentinel --daemonize yes \
+                --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" || continue
+        else
+            redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+                --dir "$dir" --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" \
+                "$@" || continue
+        fi
         for _ in $(seq 100); do
             if redis-cli -p "$port" ping >/dev/null 2>&1; then
                 echo "redis://127.0.0.1:$port"

@@ -494,6 +494,18 @@ fn open_url(url: &str) -> Result<Target, BuildError> {
         url: redact_url(url),
         reason,
     };
+    if url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://") {
+        return Err(invalid(
+            "Redis Cluster nodes are not supported yet: give independent primaries (or \
+             Sentinel groups) as nodes"
+                .into(),
+        ));
+    }
+    if url.starts_with("rediss+sentinel://") {
+        return Err(invalid(
+            "TLS to Sentinel nodes is not supported yet: use redis+sentinel://".into(),
+        ));
+    }
     if url.starts_with(SENTINEL_SCHEME) {
         return Sentinels::parse(url)
             .map(|sentinels| Target::Sentinel(Arc::new(sentinels)))

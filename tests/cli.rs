@@ -319,6 +319,44 @@ fn exit_codes_and_bad_arguments() {
     assert_eq!(out.status.code(), Some(2), "no nodes at all");
 }
 
+/// A node that cannot be used is named with its cause when `run` gives up:
+/// a wrong password, and a Sentinel node whose Sentinels know no such master
+/// (its URL's host list given through `QUORLOCK_NODES`, comma-separated).
+#[test]
+fn run_names_each_unusable_node_and_why() {
+    let node = RedisServer::start_with(&["--requirepass", "right"]);
+    let wrong = format!("redis://:wrong@127.0.0.1:{}", node.port());
+    let out = output(
+        Command::new(env!("CARGO_BIN_EXE_quorlock"))
+            .env("QUORLOCK_NODES", &wrong)
+            .args(["run", "--resource", "cli:why", "--wait", "0s", "--", "true"]),
+    );
+    assert_eq!(out.status.code(), Some(EXIT_NOT_ACQUIRED));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let name = format!("127.0.0.1:{}", node.port());
+    assert!(
+        stderr.contains(&format!("failed: node {name}"))
+            && stderr.contains("authentication failed"),
+        "{stderr}"
+    );
+    let url = format!(
+        "redis+sentinel://127.0.0.1:{},127.0.0.1:1/nobody",
+        node.port()
+    );
+    let out = output(
+        Command::new(env!("CARGO_BIN_EXE_quorlock"))
+            .env("QUORLOCK_NODES", &url)
+            .args(["run", "--resource", "cli:why", "--wait", "0s", "--", "true"]),
+    );
+    assert_eq!(out.status.code(), Some(EXIT_NOT_ACQUIRED));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no Sentinel named a primary for master \"nobody\"")
+            && stderr.contains("127.0.0.1:1:"),
+        "{stderr}"
+    );
+}
+
 /// SIGTERM to quorlock is forwarded to CMD, and the lock is released after.
 #[test]
 fn sigterm_is_forwarded_and_the_lock_released() {

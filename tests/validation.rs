@@ -28,6 +28,10 @@ fn bad_urls_are_refused_with_the_password_masked() {
         "redis://:hunter2@127.0.0.1:notaport",
         "redis://127.0.0.1:0",
         "",
+        "redis+sentinel://:hunter2@127.0.0.1:26379",
+        "redis+sentinel://:hunter2@127.0.0.1:26379/m?password=x",
+        "rediss+sentinel://:hunter2@127.0.0.1:26379/m",
+        "redis+cluster://:hunter2@127.0.0.1:7000",
     ] {
         let err = Redlock::new([URL, url]).unwrap_err();
         assert!(
@@ -39,6 +43,18 @@ fn bad_urls_are_refused_with_the_password_masked() {
             "password shown: {err}"
         );
     }
+}
+
+/// A Redis Cluster URL is refused saying that clusters are not supported
+/// yet; a Sentinel URL without a master name says what is missing.
+#[test]
+fn cluster_and_incomplete_sentinel_urls_say_why() {
+    let err = Redlock::new(["redis+cluster://127.0.0.1:7000"]).unwrap_err();
+    assert!(err.to_string().contains("Redis Cluster"), "{err}");
+    let err = Redlock::new(["redis+sentinel://127.0.0.1:26379"]).unwrap_err();
+    assert!(err.to_string().contains("master name"), "{err}");
+    let ok = Redlock::new(["redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster"]);
+    assert!(ok.is_ok(), "{ok:?}");
 }
 
 /// A drift factor outside [0, 1), or NaN, is refused.

@@ -90,7 +90,8 @@ enum Commands {
 
 #[derive(Args, Debug)]
 struct NodeArgs {
-    /// A Redis node URL; repeat for each independent node. Default: $QUORLOCK_NODES, comma-separated.
+    /// A Redis node URL (redis://, rediss://, unix://, or redis+sentinel://h1,h2,h3/master); repeat
+    /// for each independent node. Default: $QUORLOCK_NODES, comma-separated.
     #[arg(
         long = "node",
         value_name = "URL",
@@ -215,11 +216,28 @@ fn main() -> ExitCode {
     })
 }
 
+/// The node URLs from pieces split at commas: a piece without a scheme
+/// (`host:port`) continues the URL before it, so a Sentinel URL's host list
+/// (`redis+sentinel://h1,h2,h3/master`) stays one URL.
+fn join_urls(pieces: &[String]) -> Vec<String> {
+    let mut urls: Vec<String> = Vec::new();
+    for piece in pieces {
+        match urls.last_mut() {
+            Some(last) if !piece.contains("://") => {
+                last.push(',');
+                last.push_str(piece);
+            }
+            _ => urls.push(piece.clone()),
+        }
+    }
+    urls
+}
+
 fn client(
     nodes: &NodeArgs,
     configure: impl FnOnce(quorlock::RedlockBuilder) -> quorlock::RedlockBuilder,
 ) -> Result<Redlock, ExitCode> {
-    let builder = Redlock::builder(&nodes.nodes)
+    let builder = Redlock::builder(join_urls(&nodes.nodes))
         .node_timeout(nodes.node_timeout)
         .connect_timeout(nodes.connect_timeout)
         .key_prefix(&nodes.key_prefix)
@@ -604,8 +622,29 @@ async fn supervise(
 
 #[cfg(test)]
 mod tests {
-    use super::parse_duration;
+    use super::{join_urls, parse_duration};
     use std::time::Duration;
+
+    #[test]
+    fn a_sentinel_urls_host_list_stays_one_url() {
+        let pieces: Vec<String> = [
+            "redis://a:1",
+            "redis+sentinel://s1:26379",
+            "s2:26379",
+            "s3/mymaster",
+            "redis://b:2",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            join_urls(&pieces),
+            [
+                "redis://a:1",
+                "redis+sentinel://s1:26379,s2:26379,s3/mymaster",
+                "redis://b:2"
+            ]
+        );
+    }
 
     #[test]
     fn durations_in_human_forms() {
