@@ -318,6 +318,7 @@ pub use guard::LockGuard;
 pub use quorum::{Unlocked, Votes};
 pub use redlock::Redlock;
 pub use status::{LockStatus, NodeState, NodeStatus, RwStatus};
+pub use target::SentinelNode;
 
 #[cfg(test)]
 mod bounds {

@@ -39,6 +39,159 @@ pub(crate) const SENTINEL_SCHEME: &str = "redis+sentinel://";
 /// Sentinel's default port.
 const SENTINEL_PORT: u16 = 26379;
 
+/// A Sentinel-managed primary as a node, built from its Sentinels'
+/// addresses and its master name: the builder form of a
+/// `redis+sentinel://` URL (see [`url`](Self::url)), with the data nodes'
+/// and the Sentinels' credentials.
+///
+/// ```
+/// use quorlock::{Redlock, SentinelNode};
+///
+/// let node = SentinelNode::new(["10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"], "orders")
+///     .password("p@ss")
+///     .sentinel_password("sentinel-secret");
+/// assert_eq!(
+///     node.url(),
+///     "redis+sentinel://:p%40ss@10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379/orders\
+///      ?sentinel_password=sentinel-secret"
+/// );
+/// let redlock = Redlock::new([node.url()])?;
+/// # Ok::<(), quorlock::BuildError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentinelNode {
+    sentinels: Vec<String>,
+    master: String,
+    username: Option<String>,
+    password: Option<String>,
+    sentinel_username: Option<String>,
+    sentinel_password: Option<String>,
+    db: Option<i64>,
+}
+
+impl SentinelNode {
+    /// The primary that the Sentinels at `sentinels` (`host:port`, or a host
+    /// on port 26379) know as `master`.
+    pub fn new<I, S>(sentinels: I, master: impl Into<String>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        SentinelNode {
+            sentinels: sentinels
+                .into_iter()
+                .map(|s| s.as_ref().to_owned())
+                .collect(),
+            master: master.into(),
+            username: None,
+            password: None,
+            sentinel_username: None,
+            sentinel_password: None,
+            db: None,
+        }
+    }
+
+    /// The data nodes' ACL user (the primary's `AUTH user password`).
+    pub fn username(mut self, username: impl Into<String>) -> Self {
+        self.username = Some(username.into());
+        self
+    }
+
+    /// The data nodes' password (`requirepass`, or the ACL user's).
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(password.into());
+        self
+    }
+
+    /// The Sentinels' ACL user.
+    pub fn sentinel_username(mut self, username: impl Into<String>) -> Self {
+        self.sentinel_username = Some(username.into());
+        self
+    }
+
+    /// The Sentinels' password (`requirepass` in their configuration).
+    pub fn sentinel_password(mut self, password: impl Into<String>) -> Self {
+        self.sentinel_password = Some(password.into());
+        self
+    }
+
+    /// The database number on the data nodes (default 0).
+    pub fn db(mut self, db: i64) -> Self {
+        self.db = Some(db);
+        self
+    }
+
+    /// The node's `redis+sentinel://` URL, credentials percent-encoded: what
+    /// [`Redlock::builder`](crate::Redlock::builder) takes.
+    pub fn url(&self) -> String {
+        let mut url = SENTINEL_SCHEME.to_owned();
+        if self.username.is_some() || self.password.is_some() {
+            url.push_str(&encode(self.username.as_deref().unwrap_or_default()));
+            url.push(':');
+            url.push_str(&encode(self.password.as_deref().unwrap_or_default()));
+            url.push('@');
+        }
+        url.push_str(&self.sentinels.join(","));
+        url.push('/');
+        url.push_str(&encode(&self.master));
+        if let Some(db) = self.db {
+            url.push_str(&format!("/{db}"));
+        }
+        let query: Vec<String> = [
+            ("sentinel_username", &self.sentinel_username),
+            ("sentinel_password", &self.sentinel_password),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| Some(format!("{name}={}", encode(value.as_deref()?))))
+        .collect();
+        if !query.is_empty() {
+            url.push('?');
+            url.push_str(&query.join("&"));
+        }
+        url
+    }
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+fn encode(text: &str) -> String {
+    let mut encoded = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
+}
+
+/// Percent-decodes `text` (a query value); `None` if it is not valid UTF-8
+/// once decoded.
+fn decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let hex = bytes
+            .get(at + 1..at + 3)
+            .and_then(|hex| std::str::from_utf8(hex).ok());
+        match (
+            bytes[at],
+            hex.and_then(|hex| u8::from_str_radix(hex, 16).ok()),
+        ) {
+            (b'%', Some(byte)) => {
+                decoded.push(byte);
+                at += 3;
+            }
+            (byte, _) => {
+                decoded.push(byte);
+                at += 1;
+            }
+        }
+    }
+    String::from_utf8(decoded).ok()
+}
+
 /// Where one node is.
 #[derive(Debug, Clone)]
 pub(crate) enum Target {
@@ -105,6 +258,7 @@ impl Sentinels {
             None => (None, authority),
         };
         let (master, db) = path.split_once('/').unwrap_or((path, ""));
+        let master = decode(master).ok_or("a master name that is not UTF-8")?;
         if master.is_empty() {
             return Err("no master name: the URL ends with /<master-name>".into());
         }
@@ -121,7 +275,7 @@ impl Sentinels {
         let first = hosts.split(',').next().unwrap_or_default();
         Ok(Sentinels {
             sentinels,
-            master: master.to_owned(),
+            master: master.clone(),
             data,
             name: format!("{master}@{first}").into(),
         })
@@ -202,13 +356,15 @@ fn sentinel_userinfo(query: &str) -> Result<Option<String>, String> {
             _ => return Err(format!("unknown query parameter {pair:?}")),
         }
     }
+    // Re-encoded for the `redis://` URL of each Sentinel.
+    let value = |value: Option<&str>| {
+        decode(value.unwrap_or_default())
+            .map(|value| encode(&value))
+            .ok_or_else(|| "a Sentinel credential that is not UTF-8".to_owned())
+    };
     Ok(match (user, password) {
         (None, None) => None,
-        (user, password) => Some(format!(
-            "{}:{}@",
-            user.unwrap_or_default(),
-            password.unwrap_or_default()
-        )),
+        (user, password) => Some(format!("{}:{}@", value(user)?, value(password)?)),
     })
 }
 
@@ -259,6 +415,33 @@ mod tests {
         let sentinel = parsed.sentinels[0].get_connection_info();
         assert_eq!(sentinel.redis_settings().password(), Some("pw"));
         assert_eq!(sentinel.redis_settings().username(), None);
+    }
+
+    /// The builder form's URL parses back to what it was given, however odd
+    /// the credentials.
+    #[test]
+    fn a_sentinel_node_built_in_code_round_trips_through_its_url() {
+        let node = SentinelNode::new(["127.0.0.1:1", "127.0.0.1:2"], "my master")
+            .username("app")
+            .password("p@ss:/?&=%")
+            .sentinel_username("watch")
+            .sentinel_password("s3&n=t")
+            .db(2);
+        let parsed = Sentinels::parse(&node.url()).unwrap();
+        assert_eq!(parsed.master, "my master");
+        let data = parsed.data.redis_settings();
+        assert_eq!(
+            (data.username(), data.password()),
+            (Some("app"), Some("p@ss:/?&=%"))
+        );
+        assert_eq!(data.db(), 2);
+        let sentinel = parsed.sentinels[1].get_connection_info();
+        let sentinel = sentinel.redis_settings();
+        assert_eq!(
+            (sentinel.username(), sentinel.password()),
+            (Some("watch"), Some("s3&n=t"))
+        );
+        assert_eq!(addrs(&parsed), ["127.0.0.1:1", "127.0.0.1:2"]);
     }
 
     #[test]
