@@ -14,11 +14,18 @@
 //! (`restart_grace(0)`, as other Redlock clients behave): the run then
 //! counts the overlaps the protection prevents.
 //!
+//! With `--failovers`, the nodes are three Sentinel groups and the faults
+//! are lossy failovers: a replica's link cut, its primary killed and the
+//! replica promoted while another group's primary is frozen, the holder of
+//! the moment inside its critical section across it (TTL 3 s). With
+//! `--unprotected`, the failover rule is off too.
+//!
 //! ```text
-//! cargo run --release --example chaos [--fencing | --immediate [--unprotected]] [ACQUISITIONS]
+//! cargo run --release --example chaos [--fencing | --immediate | --failovers [--unprotected]] [ACQUISITIONS]
 //! ```
 //!
-//! The default is 20,000 acquisitions (5,000 with `--immediate`).
+//! The default is 20,000 acquisitions (5,000 with `--immediate`, 1,000 with
+//! `--failovers`).
 //!
 //! It needs `redis-server` on PATH (scripts/test.sh installs it).
 
@@ -58,14 +65,21 @@ fn main() -> ExitCode {
     };
     let fencing = flag("--fencing");
     let immediate = flag("--immediate");
+    let failovers = flag("--failovers");
     let unprotected = flag("--unprotected");
-    let usage = "usage: chaos [--fencing | --immediate [--unprotected]] [ACQUISITIONS]";
-    if (fencing && immediate) || (unprotected && !immediate) || args.len() > 1 {
+    let usage =
+        "usage: chaos [--fencing | --immediate | --failovers [--unprotected]] [ACQUISITIONS]";
+    let kinds = [fencing, immediate, failovers]
+        .iter()
+        .filter(|on| **on)
+        .count();
+    if kinds > 1 || (unprotected && !(immediate || failovers)) || args.len() > 1 {
         eprintln!("{usage}");
         return ExitCode::from(2);
     }
     let acquisitions = match args.first().map(|n| n.parse::<u64>()) {
         None if immediate => 5_000,
+        None if failovers => 1_000,
         None => 20_000,
         Some(Ok(n)) if n > 0 => n,
         Some(_) => {
@@ -74,7 +88,9 @@ fn main() -> ExitCode {
         }
     };
     let limit = Duration::from_secs(600);
-    let plan = if immediate {
+    let plan = if failovers {
+        chaos_harness::Plan::failovers(4, acquisitions, limit, !unprotected)
+    } else if immediate {
         chaos_harness::Plan::immediate(4, acquisitions, limit, !unprotected)
     } else {
         chaos_harness::Plan::delayed(4, fencing, acquisitions, limit)

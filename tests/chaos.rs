@@ -5,7 +5,9 @@
 //! then the same with immediate restarts without persistence (the Redlock
 //! hazard: two nodes frozen, a third restarted empty at once, a holder
 //! inside its critical section across it), which the restart protection
-//! must turn into 0 overlaps.
+//! must turn into 0 overlaps; and lossy failovers of three Sentinel groups
+//! (`chaos_harness/failovers.rs`), which the failover rule must turn into 0
+//! overlaps.
 //! 0 overlaps; no grant with the majority down; failed calls within their
 //! deadline; locking resumes after recovery. (`examples/chaos.rs` is the full
 //! run.) This test re-executes its own binary as the workers, so it has its
@@ -34,7 +36,8 @@ fn main() -> ExitCode {
     if let Some(filter) = args.iter().find(|arg| !arg.starts_with('-'))
         && !"chaos_minority_faults_never_give_two_holders chaos_fencing_tokens_increase_under_faults \
              chaos_immediate_restarts_never_give_two_holders \
-             chaos_hundreds_of_waiters_never_give_two_holders"
+             chaos_hundreds_of_waiters_never_give_two_holders \
+             chaos_lossy_sentinel_failovers_never_give_two_holders"
             .contains(filter.as_str())
     {
         println!("0 passed, 0 failed");
@@ -60,6 +63,10 @@ fn main() -> ExitCode {
             chaos_harness::Plan::delayed(4, false, 2_000, Duration::from_secs(240))
                 .with_waiters(150, Duration::from_secs(5)),
         ),
+        (
+            "chaos_lossy_sentinel_failovers_never_give_two_holders",
+            chaos_harness::Plan::failovers(4, 300, Duration::from_secs(240), true),
+        ),
     ] {
         println!("test {name} ...");
         let outcome = runtime.block_on(chaos_harness::run(plan, &exe, &["--chaos-worker"]));
@@ -74,7 +81,7 @@ fn main() -> ExitCode {
             }
         }
     }
-    println!("{} passed, {failed} failed", 4 - failed);
+    println!("{} passed, {failed} failed", 5 - failed);
     if failed == 0 {
         ExitCode::SUCCESS
     } else {

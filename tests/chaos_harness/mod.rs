@@ -20,6 +20,8 @@
 //! and each overlap with the lock's status as the entering worker sees it.
 #![allow(dead_code)]
 
+mod failovers;
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -66,6 +68,8 @@ pub struct Plan {
     /// Whether the workers keep the restart protection on (with a grace of
     /// the TTL); off, `restart_grace(0)`, as other Redlock clients behave.
     pub protected: bool,
+    /// The TTL of every lock.
+    pub ttl: Duration,
 }
 
 /// How the minority faults restart a killed node.
@@ -76,6 +80,10 @@ pub enum Restarts {
     Delayed,
     /// Killed and restarted empty at once, while two other nodes are frozen.
     Immediate,
+    /// The nodes are three Sentinel groups; a fault is a lossy failover (the
+    /// replica's link cut, the primary killed, the replica promoted) while
+    /// another group's primary is frozen (see `failovers.rs`).
+    Failovers,
 }
 
 impl Plan {
@@ -94,6 +102,7 @@ impl Plan {
             hold: Duration::ZERO,
             hold_on_signal: false,
             protected: true,
+            ttl: TTL,
         }
     }
 
@@ -112,6 +121,20 @@ impl Plan {
             hold: Duration::from_millis(1),
             hold_on_signal: true,
             protected,
+            ttl: TTL,
+        }
+    }
+
+    /// Lossy failovers of three Sentinel groups, 1 ms critical sections, the
+    /// one at a failover held across it; a TTL of 3 s, so that a holder is
+    /// still valid when the promoted replica starts to serve.
+    pub fn failovers(workers: usize, acquisitions: u64, limit: Duration, protected: bool) -> Self {
+        Plan {
+            restarts: Restarts::Failovers,
+            ttl: Duration::from_secs(3),
+            patience: Duration::from_secs(3),
+            slack: WAITERS_DEADLINE_SLACK,
+            ..Plan::immediate(workers, acquisitions, limit, protected)
         }
     }
 }
@@ -145,6 +168,8 @@ pub struct Report {
     pub freezes: u64,
     pub kills: u64,
     pub majority_outages: u64,
+    /// Lossy failovers of a Sentinel group.
+    pub failovers: u64,
     /// Acquisitions made while a minority of nodes was frozen or down.
     pub acquired_during_minority_faults: u64,
     /// Fencing tokens not larger than the previous holder's.
@@ -155,14 +180,19 @@ pub struct Report {
 
 impl Report {
     pub fn print(&self, plan: &Plan) {
+        let nodes = match plan.restarts {
+            Restarts::Failovers => "3 Sentinel groups",
+            _ => "5 nodes",
+        };
         println!(
-            "chaos: {} worker processes x {} tasks, 5 nodes, {:.1} s, \
-             {:?} restarts, hold {:?}, restart protection {}",
+            "chaos: {} worker processes x {} tasks, {nodes}, {:.1} s, \
+             {:?}, hold {:?}, TTL {:?}, restart and failover protection {}",
             plan.workers,
             plan.tasks,
             self.elapsed.as_secs_f64(),
             plan.restarts,
             plan.hold,
+            plan.ttl,
             if plan.protected { "on" } else { "off" }
         );
         println!("  acquisitions            {}", self.acquisitions);
@@ -176,6 +206,19 @@ impl Report {
         let restart = match plan.restarts {
             Restarts::Delayed => "delayed",
             Restarts::Immediate => "immediate",
+            Restarts::Failovers => {
+                println!(
+                    "  faults injected         {} lossy failovers of 3 Sentinel groups, each \
+                     with another group's primary frozen",
+                    self.failovers
+                );
+                println!(
+                    "  acquired during faults  {}",
+                    self.acquired_during_minority_faults
+                );
+                println!("  failed lock calls       {}", self.failed_calls);
+                return;
+            }
         };
         println!(
             "  faults injected         {} ({} freezes, {} kills with {restart} restart, {} majority outage)",
@@ -234,6 +277,15 @@ impl Report {
         if self.longest_failed_call > plan.patience + plan.slack {
             return Err(format!("a failed call took {:?}", self.longest_failed_call));
         }
+        if plan.restarts == Restarts::Failovers {
+            if self.failovers < FAILOVERS {
+                return Err(format!("only {} failovers", self.failovers));
+            }
+            if self.acquired_during_minority_faults == 0 {
+                return Err("no acquisitions while a group failed over".into());
+            }
+            return Ok(());
+        }
         if self.majority_outages == 0 || self.resumed_after_recovery.is_none() {
             return Err("locking did not resume after the majority outage".into());
         }
@@ -280,15 +332,18 @@ pub async fn worker(checker: &str, nodes: &[String]) -> Result<(), AnyError> {
             .get("chaos:hold-on-signal")
             .query_async(&mut checker.clone())
             .await?;
+    let ttl_ms: Option<u64> = checker.clone().get("chaos:ttl-ms").await?;
+    let ttl = ttl_ms.map_or(TTL, Duration::from_millis);
     let hold = Hold {
         base: Duration::from_micros(hold_us.unwrap_or(0)),
         on_signal: hold_on_signal.is_some(),
+        ttl,
     };
     // The grace covers the TTL, the longest any worker uses.
     let grace = if unprotected.is_some() {
         Duration::ZERO
     } else {
-        TTL
+        ttl
     };
     let redlock = Redlock::builder(nodes)
         .restart_grace(grace)
@@ -332,11 +387,16 @@ struct Hold {
     base: Duration,
     /// Also while the injector's `chaos:hold-on` is set.
     on_signal: bool,
+    /// The TTL of each lock.
+    ttl: Duration,
 }
 
 /// A critical section held across a restart ends this long before its
 /// validity does: an overlap must be one of two valid holders.
 const HOLD_MARGIN: Duration = Duration::from_millis(100);
+
+/// How many failovers a failover run makes at least.
+pub const FAILOVERS: u64 = 4;
 
 /// The tasks that lock in each worker process.
 pub const TASKS_PER_WORKER: usize = 3;
@@ -377,7 +437,7 @@ return 1"#,
             break;
         }
         let started = Instant::now();
-        match redlock.lock(RESOURCE, TTL).await {
+        match redlock.lock(RESOURCE, hold.ttl).await {
             Ok(guard) => {
                 // The outage flag is set after the majority went down and
                 // cleared before it comes back: set both before and after the
@@ -425,9 +485,11 @@ return 1"#,
                 if !hold.base.is_zero() {
                     tokio::time::sleep(hold.base).await;
                 }
-                // Held across an injected restart, within the validity.
+                // Held across an injected restart, within the validity (even
+                // when `lost` told of a changed server: work under way may
+                // not stop at once, which the nodes must cover).
                 while hold.on_signal
-                    && guard.remaining() > HOLD_MARGIN
+                    && Instant::now() + HOLD_MARGIN < guard.valid_until()
                     && checker
                         .get::<_, Option<i64>>("chaos:hold-on")
                         .await?
@@ -456,6 +518,9 @@ pub async fn run(
     exe: &std::path::Path,
     worker_args: &[&str],
 ) -> Result<Report, AnyError> {
+    if plan.restarts == Restarts::Failovers {
+        return failovers::run(plan, exe, worker_args).await;
+    }
     let mut nodes: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
     let checker_server = RedisServer::start();
     let mut checker = redis::Client::open(checker_server.url())?
@@ -476,17 +541,9 @@ pub async fn run(
     if plan.hold_on_signal {
         let _: () = checker.set("chaos:hold-on-signal", 1).await?;
     }
-    let mut workers: Vec<Child> = Vec::new();
-    for _ in 0..plan.workers {
-        workers.push(
-            Command::new(exe)
-                .args(worker_args)
-                .arg(checker_server.url())
-                .args(&node_urls)
-                .stdout(Stdio::piped())
-                .spawn()?,
-        );
-    }
+    let ttl_ms = u64::try_from(plan.ttl.as_millis()).unwrap_or(u64::MAX);
+    let _: () = checker.set("chaos:ttl-ms", ttl_ms).await?;
+    let workers = start_workers(&plan, exe, worker_args, &checker_server, &node_urls)?;
     let mut report = Report::default();
     let started = Instant::now();
     let mut rng = rand::rng();
@@ -598,6 +655,40 @@ pub async fn run(
         }
         tokio::time::sleep(Duration::from_millis(rng.random_range(100..400))).await;
     }
+    collect(&mut checker, workers, &mut report).await?;
+    report.elapsed = started.elapsed();
+    result?;
+    Ok(report)
+}
+
+/// Starts the worker processes: `exe worker_args CHECKER_URL NODE_URL...`.
+fn start_workers(
+    plan: &Plan,
+    exe: &std::path::Path,
+    worker_args: &[&str],
+    checker: &RedisServer,
+    node_urls: &[String],
+) -> Result<Vec<Child>, AnyError> {
+    let mut workers: Vec<Child> = Vec::new();
+    for _ in 0..plan.workers {
+        workers.push(
+            Command::new(exe)
+                .args(worker_args)
+                .arg(checker.url())
+                .args(node_urls)
+                .stdout(Stdio::piped())
+                .spawn()?,
+        );
+    }
+    Ok(workers)
+}
+
+/// Stops the workers and adds their tallies to `report`.
+async fn collect(
+    checker: &mut redis::aio::MultiplexedConnection,
+    workers: Vec<Child>,
+    report: &mut Report,
+) -> Result<(), AnyError> {
     let _: () = checker.set("chaos:stop", 1).await?;
     // Wait for every worker before judging any, so none is left behind.
     let mut outputs = Vec::new();
@@ -637,7 +728,5 @@ pub async fn run(
             .longest_failed_call
             .max(Duration::from_micros(longest_us));
     }
-    report.elapsed = started.elapsed();
-    result?;
-    Ok(report)
+    Ok(())
 }

@@ -22,7 +22,17 @@ pub struct Sentinel {
 impl Sentinel {
     /// Starts a Sentinel watching `primary` (reached with `password`, if
     /// any) as [`MASTER`], with a quorum of 2, and waits until it answers.
+    /// It takes the primary as down after 1 s without an answer.
     pub fn start(primary: &RedisServer, password: Option<&str>) -> Sentinel {
+        Sentinel::start_with(primary, password, Duration::from_secs(1))
+    }
+
+    /// [`start`](Self::start), taking the primary as down after `down_after`.
+    pub fn start_with(
+        primary: &RedisServer,
+        password: Option<&str>,
+        down_after: Duration,
+    ) -> Sentinel {
         let port = free_port();
         let dir =
             std::env::temp_dir().join(format!("quorlock-sentinel-{}-{port}", std::process::id()));
@@ -30,11 +40,12 @@ impl Sentinel {
         let mut conf = format!(
             "port {port}\nbind 127.0.0.1\ndir {}\n\
              sentinel monitor {MASTER} 127.0.0.1 {} 2\n\
-             sentinel down-after-milliseconds {MASTER} 1000\n\
+             sentinel down-after-milliseconds {MASTER} {}\n\
              sentinel failover-timeout {MASTER} 10000\n\
              sentinel parallel-syncs {MASTER} 1\n",
             dir.display(),
-            primary.port()
+            primary.port(),
+            down_after.as_millis()
         );
         if let Some(password) = password {
             conf.push_str(&format!("sentinel auth-pass {MASTER} {password}\n"));
@@ -80,6 +91,42 @@ impl Sentinel {
         port.parse().ok()
     }
 
+    /// Whether this Sentinel knows the server on `port` as a healthy
+    /// replica (flags `slave`, link up): one it could promote.
+    pub fn knows_replica(&self, port: u16) -> bool {
+        let Some(mut connection) = self.connection() else {
+            return false;
+        };
+        let replicas: Vec<Vec<String>> = redis::cmd("SENTINEL")
+            .arg("REPLICAS")
+            .arg(MASTER)
+            .query(&mut connection)
+            .unwrap_or_default();
+        replicas.iter().any(|fields| {
+            let field = |name: &str| {
+                fields
+                    .chunks(2)
+                    .find(|pair| pair[0] == name)
+                    .and_then(|pair| pair.get(1))
+                    .map(String::as_str)
+            };
+            field("port") == Some(&port.to_string())
+                && field("flags") == Some("slave")
+                && field("master-link-status") == Some("ok")
+        })
+    }
+
+    /// Forces a failover now (`SENTINEL FAILOVER`), without waiting for the
+    /// primary to be taken as down.
+    pub fn force_failover(&self) -> Result<(), String> {
+        let mut connection = self.connection().ok_or("the Sentinel does not answer")?;
+        redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg(MASTER)
+            .query::<()>(&mut connection)
+            .map_err(|err| err.to_string())
+    }
+
     /// How many replicas of the primary this Sentinel knows.
     pub fn replicas(&self) -> usize {
         let Some(mut connection) = self.connection() else {
@@ -108,7 +155,22 @@ impl Sentinels {
     /// Three Sentinels watching `primary`; waits until each knows
     /// `replicas` replicas of it (a failover needs one to promote).
     pub fn start(primary: &RedisServer, password: Option<&str>, replicas: usize) -> Sentinels {
-        let sentinels = Sentinels((0..3).map(|_| Sentinel::start(primary, password)).collect());
+        Sentinels::start_with(primary, password, replicas, Duration::from_secs(1))
+    }
+
+    /// [`start`](Self::start), the Sentinels taking the primary as down
+    /// after `down_after`.
+    pub fn start_with(
+        primary: &RedisServer,
+        password: Option<&str>,
+        replicas: usize,
+        down_after: Duration,
+    ) -> Sentinels {
+        let sentinels = Sentinels(
+            (0..3)
+                .map(|_| Sentinel::start_with(primary, password, down_after))
+                .collect(),
+        );
         let deadline = Instant::now() + Duration::from_secs(30);
         while sentinels
             .0
@@ -129,6 +191,19 @@ impl Sentinels {
         let auth = password.map_or_else(String::new, |password| format!(":{password}@"));
         let hosts: Vec<String> = self.0.iter().map(Sentinel::address).collect();
         format!("redis+sentinel://{auth}{}/{MASTER}", hosts.join(","))
+    }
+
+    /// Waits (for at most 60 s) until every Sentinel knows the server on
+    /// `port` as a replica it could promote.
+    pub fn wait_replica(&self, port: u16) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.0.iter().any(|sentinel| !sentinel.knows_replica(port)) {
+            assert!(
+                Instant::now() < deadline,
+                "the Sentinels never knew replica {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Waits (for at most 60 s) until every Sentinel names the server on
