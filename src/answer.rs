@@ -153,6 +153,16 @@ pub enum NodeErrorKind {
         /// The role it gave (`slave`).
         role: String,
     },
+    /// Fewer of the node's replicas than
+    /// [`replica_acks`](crate::RedlockBuilder::replica_acks) acknowledged a
+    /// grant within the per-node timeout (`WAIT`): the grant does not count.
+    #[error("only {acknowledged} of the {wanted} replicas wanted acknowledged the grant (WAIT)")]
+    ReplicasBehind {
+        /// How many replicas acknowledged.
+        acknowledged: u32,
+        /// How many were wanted.
+        wanted: u32,
+    },
     /// The call was made outside a tokio runtime.
     #[error("no tokio runtime: quorlock must be used within a tokio runtime")]
     NoRuntime,

@@ -98,11 +98,49 @@ impl ServerChanges {
     }
 }
 
+/// Some nodes, by index: a bit mask for the first 64 (no allocation per
+/// lock), a list beyond.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Holders {
+    /// Bit `i` for node `i`.
+    Mask(u64),
+    /// The indices, for clients of more than 64 nodes.
+    List(Box<[usize]>),
+}
+
+impl Holders {
+    /// The nodes at `indices`, of a client of `nodes` nodes.
+    pub(crate) fn of(indices: impl Iterator<Item = usize>, nodes: usize) -> Self {
+        if nodes <= 64 {
+            Holders::Mask(indices.fold(0, |mask, index| mask | 1 << index))
+        } else {
+            Holders::List(indices.collect())
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Holders::Mask(mask) => mask.count_ones() as usize,
+            Holders::List(list) => list.len(),
+        }
+    }
+
+    fn each(&self) -> impl Iterator<Item = usize> + '_ {
+        let (mask, list) = match self {
+            Holders::Mask(mask) => (*mask, &[][..]),
+            Holders::List(list) => (0, &list[..]),
+        };
+        (0..64)
+            .filter(move |index| mask & (1 << index) != 0)
+            .chain(list.iter().copied())
+    }
+}
+
 /// The nodes that hold one lock's keys, as its winning round counted them.
 #[derive(Debug)]
 pub(crate) struct Holding {
     changes: Arc<ServerChanges>,
-    holders: Box<[usize]>,
+    holders: Holders,
     /// The change counter before the round started.
     since: u64,
     quorum: usize,
@@ -114,7 +152,7 @@ impl Holding {
     /// started.
     pub(crate) fn new(
         changes: Arc<ServerChanges>,
-        holders: Box<[usize]>,
+        holders: Holders,
         since: u64,
         quorum: usize,
     ) -> Self {
@@ -139,7 +177,7 @@ impl Holding {
             return None;
         }
         let mut left = self.holders.len();
-        for &index in self.holders.iter() {
+        for index in self.holders.each() {
             if self.changes.changed_since(index, self.since) {
                 left -= 1;
                 if left < self.quorum {
@@ -169,8 +207,13 @@ mod tests {
         let changes = changes(5);
         changes.changed(0, "old-change");
         let since = changes.now();
-        let bare = Holding::new(changes.clone(), [0, 1, 2].into(), since, 3);
-        let wide = Holding::new(changes.clone(), [0, 1, 2, 3].into(), since, 3);
+        let bare = Holding::new(changes.clone(), Holders::of(0..3, 5), since, 3);
+        let wide = Holding::new(
+            changes.clone(),
+            Holders::List([0, 1, 2, 3].into()),
+            since,
+            3,
+        );
         assert_eq!(bare.lost(), None, "a change before the round");
         changes.changed(4, "r4");
         assert_eq!(bare.lost(), None, "a node that does not hold it");
@@ -179,5 +222,15 @@ mod tests {
         assert_eq!(wide.lost(), None, "three unchanged holders left");
         changes.changed(3, "r3");
         assert_eq!(wide.lost(), Some(("n3".to_owned(), "r3".to_owned())));
+    }
+
+    #[test]
+    fn holders_are_a_mask_up_to_64_nodes_and_a_list_beyond() {
+        let few = Holders::of([0, 5, 63].into_iter(), 64);
+        assert_eq!(few, Holders::Mask(1 | 1 << 5 | 1 << 63));
+        assert_eq!(few.each().collect::<Vec<_>>(), [0, 5, 63]);
+        let many = Holders::of([2, 70].into_iter(), 71);
+        assert_eq!(many.each().collect::<Vec<_>>(), [2, 70]);
+        assert_eq!((few.len(), many.len()), (3, 2));
     }
 }

@@ -37,6 +37,8 @@ pub(crate) struct Config {
     pub(crate) restart_grace: Duration,
     pub(crate) trust_durable_nodes: bool,
     pub(crate) strict_restarts: bool,
+    /// How many replicas must acknowledge a grant (`WAIT`) before it counts.
+    pub(crate) replica_acks: u32,
     /// Whether metrics carry a `resource` label.
     pub(crate) metrics_resource_label: bool,
 }
@@ -108,6 +110,7 @@ impl Default for Config {
             release_notifications: true,
             restart_grace: RedlockBuilder::DEFAULT_RESTART_GRACE,
             trust_durable_nodes: true,
+            replica_acks: 0,
             strict_restarts: false,
         }
     }
@@ -400,6 +403,35 @@ impl RedlockBuilder {
     /// fresh set of nodes makes the first locks wait the grace. Default: off.
     pub fn strict_restarts(mut self, on: bool) -> Self {
         self.config.strict_restarts = on;
+        self
+    }
+
+    /// A grant (an acquisition, an extension, a fencing write-back) counts
+    /// only once `replicas` of the node's replicas acknowledged it: quorlock
+    /// sends `WAIT replicas <node timeout>` on the connection that made the
+    /// grant, and a node whose replicas did not acknowledge in time is a
+    /// failed vote for that round (`NodeErrorKind::ReplicasBehind`). Default:
+    /// 0, off.
+    ///
+    /// **What it buys, precisely.** A counted key is on the primary and on
+    /// at least `replicas` replicas. A failover to one of those replicas
+    /// keeps the key, so the promoted server refuses other clients the lock
+    /// while the holder is valid, also where quorlock cannot see the change
+    /// of server (a proxy that keeps the connection open, a server that
+    /// refuses `INFO`). It does **not** let the holder keep its lock through
+    /// a failover: quorlock cannot tell whether the promoted replica was one
+    /// that acknowledged, so the failover rule still holds the new primary
+    /// back for the grace and tells the holder (`LostReason::ServerChanged`).
+    /// Nor is `WAIT` a guarantee by itself: a replica that acknowledged can
+    /// still lose the key (it restarts), and Sentinel may promote one that
+    /// did not.
+    ///
+    /// **What it costs.** One round trip more per grant, and the time the
+    /// replicas take to acknowledge, during which the node's connection
+    /// (shared by the client's calls) answers nothing else; a node without
+    /// enough connected replicas grants nothing. See docs/benchmarks.md.
+    pub fn replica_acks(mut self, replicas: u32) -> Self {
+        self.config.replica_acks = replicas;
         self
     }
 

@@ -120,20 +120,7 @@ impl Engine {
     /// Nothing is connected yet.
     pub(crate) fn new(clients: Vec<Target>, config: Config) -> Arc<Engine> {
         let background = Background::default();
-        let standings = Standings::new(
-            clients.iter().map(Target::name).collect(),
-            clients.iter().map(Target::follows_failovers).collect(),
-            RestartPolicy {
-                grace: config.restart_grace,
-                trust_durable: config.trust_durable_nodes,
-                strict: config.strict_restarts,
-                drift_factor: config.drift_factor,
-            },
-            &config.key_prefix,
-            crate::scripts::for_client(config.fencing),
-            config.node_timeout,
-            config.connect_timeout,
-        );
+        let standings = standings(&clients, &config);
         if clients.len().is_multiple_of(2) {
             tracing::warn!(
                 nodes = clients.len(),
@@ -153,8 +140,14 @@ impl Engine {
             .into_iter()
             .enumerate()
             .map(|(index, client)| {
-                let (timeout, connect) = (config.node_timeout, config.connect_timeout);
-                Node::new(client, timeout, connect, standings.clone(), index)
+                let timeouts = (config.node_timeout, config.connect_timeout);
+                Node::new(
+                    client,
+                    timeouts,
+                    config.replica_acks,
+                    standings.clone(),
+                    index,
+                )
             })
             .collect();
         standings.set_recorder(recorder(&nodes, standings.record_key()));
@@ -397,6 +390,24 @@ fn orphaned(engine: std::sync::Weak<Engine>) -> crate::notify::Orphaned {
         };
         engine.background.spawn(leave);
     })
+}
+
+/// The standings of the nodes at `targets`.
+fn standings(targets: &[Target], config: &Config) -> Arc<Standings> {
+    Standings::new(
+        targets.iter().map(Target::name).collect(),
+        targets.iter().map(Target::follows_failovers).collect(),
+        RestartPolicy {
+            grace: config.restart_grace,
+            trust_durable: config.trust_durable_nodes,
+            strict: config.strict_restarts,
+            drift_factor: config.drift_factor,
+        },
+        &config.key_prefix,
+        crate::scripts::for_client(config.fencing),
+        config.node_timeout,
+        config.connect_timeout,
+    )
 }
 
 /// How the standings record a node's `run_id` on another node (see

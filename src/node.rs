@@ -127,6 +127,8 @@ struct Shared {
     legacy_set: Arc<AtomicBool>,
     /// Whether its votes count (in the standings of all the client's nodes).
     standing: Arc<Standing>,
+    /// How many replicas must acknowledge a grant before it counts (0: off).
+    replica_acks: u32,
 }
 
 /// One exchange with a node.
@@ -231,11 +233,12 @@ impl Reply {
 
 impl Node {
     /// Node `index` of a client whose standings are `standings`: every new
-    /// connection to it passes the standings' check first.
+    /// connection to it passes the standings' check first. A grant counts
+    /// once `replica_acks` replicas acknowledged it (0: at once).
     pub(crate) fn new(
         target: Target,
-        timeout: Duration,
-        connect_timeout: Duration,
+        (timeout, connect_timeout): (Duration, Duration),
+        replica_acks: u32,
         standings: Arc<Standings>,
         index: usize,
     ) -> Self {
@@ -254,6 +257,7 @@ impl Node {
                 connect_timeout,
                 legacy_set,
                 standing: Arc::new(Standing { standings, index }),
+                replica_acks,
             }),
         }
     }
@@ -390,16 +394,25 @@ impl Node {
             } else {
                 shared.timeout
             };
+            let started = std::time::Instant::now();
+            let exchange = async {
+                let (value, legacy) = shared.exchange(&call).await?;
+                let answer = reply.read(value, legacy).unwrap_or_else(|value| {
+                    Answer::Failed(unexpected(shared.name.clone(), &value))
+                });
+                match purpose == Purpose::Vote && answer.is_granted() {
+                    true => shared.acknowledged(answer, started + timeout).await,
+                    false => Ok(answer),
+                }
+            };
             let answer = if purpose == Purpose::Cleanup {
-                Ok(shared.exchange(&call).await)
+                Ok(exchange.await)
             } else {
-                tokio::time::timeout(timeout, shared.exchange(&call)).await
+                tokio::time::timeout(timeout, exchange).await
             };
             let name = &shared.name;
             match answer {
-                Ok(Ok((value, legacy))) => reply
-                    .read(value, legacy)
-                    .unwrap_or_else(|value| Answer::Failed(unexpected(name.clone(), &value))),
+                Ok(Ok(answer)) => answer,
                 Ok(Err(kind)) => Answer::Failed(NodeError::new(name.clone(), kind)),
                 Err(_) => {
                     if purpose != Purpose::Read {
@@ -416,6 +429,42 @@ impl Node {
 }
 
 impl Shared {
+    /// A grant, once `replica_acks` of the node's replicas acknowledged it
+    /// (`WAIT`, on the connection that made it, ending a little before the
+    /// call's `deadline`, so that a slow acknowledgement is an answer and
+    /// not a timeout that would mark the node unresponsive); with fewer, a
+    /// failure that says so. As it is without the option.
+    async fn acknowledged(
+        &self,
+        granted: Answer,
+        deadline: std::time::Instant,
+    ) -> Result<Answer, NodeErrorKind> {
+        if self.replica_acks == 0 {
+            return Ok(granted);
+        }
+        let mut connection = self.link.connection().await?.connection;
+        // Three quarters of what is left, at least 1 ms (`WAIT` with 0
+        // would block until the replicas answer, however long).
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let timeout_ms = u64::try_from((left * 3 / 4).as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let acknowledged: i64 = redis::cmd("WAIT")
+            .arg(self.replica_acks)
+            .arg(timeout_ms)
+            .query_async(&mut connection)
+            .await
+            .map_err(|err| NodeErrorKind::Redis(Arc::new(err)))?;
+        if acknowledged >= i64::from(self.replica_acks) {
+            return Ok(granted);
+        }
+        let kind = NodeErrorKind::ReplicasBehind {
+            acknowledged: u32::try_from(acknowledged).unwrap_or(0),
+            wanted: self.replica_acks,
+        };
+        Ok(Answer::Failed(NodeError::new(self.name.clone(), kind)))
+    }
+
     /// Runs `call` on the link's connection (connecting first if needed),
     /// with its fallbacks; a call that shows the connection broken marks it
     /// so. The reply comes with whether the legacy command gave it.

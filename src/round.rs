@@ -16,6 +16,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use crate::answer::{Answer, NodeError};
+use crate::changes::Holders;
 use crate::meter;
 use crate::quorum::Votes;
 use crate::standing::Standings;
@@ -328,13 +329,13 @@ impl Round {
         NodeSet(at.into())
     }
 
-    /// The nodes whose grant counts (by index): the holders of a won round.
-    pub(crate) fn counted_grants(&self) -> Box<[usize]> {
-        (self.answers.iter().enumerate())
+    /// The nodes whose grant counts: the holders of a won round.
+    pub(crate) fn counted_grants(&self) -> Holders {
+        let counted = (self.answers.iter().enumerate())
             .filter(|(index, _)| !self.not_counted.iter().any(|(node, _)| node == index))
             .filter(|(_, answer)| answer.as_ref().is_some_and(Answer::is_granted))
-            .map(|(index, _)| index)
-            .collect()
+            .map(|(index, _)| index);
+        Holders::of(counted, self.answers.len())
     }
 
     /// Each node whose grant counts and carries a fencing counter, with it.

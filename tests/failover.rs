@@ -102,6 +102,30 @@ async fn lost_at_once(a: &LockGuard) {
     assert!(!a.is_valid());
 }
 
+/// After the failover of node 0: the client that knew the old primary and a
+/// fresh one are both refused, naming node 0 as recovering, while holder A
+/// (valid until `a_until`) is still valid. Returns the fresh client's error.
+async fn both_refused(a_client: &Redlock, urls: &[String], a_until: Instant) -> Error {
+    let failed_over = vec![urls[0].replace("redis://", "")];
+    let err = a_client
+        .lock(RESOURCE, GRACE)
+        .await
+        .expect_err("the client that knew the old primary: a second holder");
+    println!("knew the primary, refused: {err}");
+    assert_eq!(recovering(&err), failed_over, "{err}");
+    let err = client(urls)
+        .lock(RESOURCE, GRACE)
+        .await
+        .expect_err("a fresh client: a second holder");
+    println!("fresh, refused: {err}");
+    assert_eq!(recovering(&err), failed_over, "{err}");
+    assert!(
+        Instant::now() < a_until,
+        "the refusals came too late to mean anything"
+    );
+    err
+}
+
 /// `redlock` locks `RESOURCE` again within the grace and some seconds.
 async fn locks_again(redlock: &Redlock) {
     let deadline = Instant::now() + GRACE + Duration::from_secs(15);
@@ -134,26 +158,7 @@ async fn one_node_a_promoted_old_replica_gives_no_second_holder() {
     let a_until = a.valid_until();
     pair.fail_over();
 
-    let err = a_client
-        .lock(RESOURCE, GRACE)
-        .await
-        .expect_err("the client that knew the old primary: a second holder");
-    println!("knew the primary, refused: {err}");
-    assert_eq!(
-        recovering(&err),
-        vec![urls[0].replace("redis://", "")],
-        "{err}"
-    );
-    let err = client(&urls)
-        .lock(RESOURCE, GRACE)
-        .await
-        .expect_err("a fresh client: a second holder");
-    println!("fresh, refused: {err}");
-    assert_eq!(recovering(&err).len(), 1, "{err}");
-    assert!(
-        Instant::now() < a_until,
-        "the refusals came too late to mean anything"
-    );
+    both_refused(&a_client, &urls, a_until).await;
     lost_at_once(&a).await;
 
     locks_again(&a_client).await;
@@ -183,37 +188,53 @@ async fn three_nodes_a_promoted_old_replica_gives_no_second_holder() {
         .unwrap();
     pair.fail_over();
 
-    let err = a_client
-        .lock(RESOURCE, GRACE)
-        .await
-        .expect_err("the client that knew the old primary: a second holder");
-    println!("knew the primary, refused: {err}");
-    assert_eq!(
-        recovering(&err),
-        vec![urls[0].replace("redis://", "")],
-        "{err}"
-    );
-    let err = client(&urls)
-        .lock(RESOURCE, GRACE)
-        .await
-        .expect_err("a fresh client: a second holder");
-    println!("fresh, refused: {err}");
-    assert_eq!(
-        recovering(&err),
-        vec![urls[0].replace("redis://", "")],
-        "{err}"
-    );
+    let err = both_refused(&a_client, &urls, a_until).await;
     // Reserved by nodes 0 and 2, the waiter claims; node 0's grant does not
     // count, and the claim fails. It must not claim again at once, round
     // after round, for the whole grace (hundreds of rounds a second).
     let attempts = err.attempts().unwrap_or(0);
     assert!(attempts <= 30, "{attempts} rounds in 1.5 s: {err}");
-    assert!(
-        Instant::now() < a_until,
-        "the refusals came too late to mean anything"
-    );
     lost_at_once(&a).await;
 
     locks_again(&a_client).await;
     locks_again(&client(&urls)).await;
+}
+
+/// `replica_acks(1)`: a grant counts once the replica acknowledged it, so
+/// the key is on the replica when the guard is returned; with the
+/// replica's link cut, no grant counts, and the error names the node and
+/// says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_acks_count_a_grant_only_once_a_replica_has_it() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&primary);
+    let redlock = Redlock::builder([primary.url()])
+        .node_timeout(Duration::from_millis(200))
+        .replica_acks(1)
+        .build()
+        .unwrap();
+    let guard = redlock.try_lock(RESOURCE, GRACE).await.unwrap();
+    assert_eq!(
+        replica.get(guard.key()),
+        primary.get(guard.key()),
+        "on the replica when granted"
+    );
+    guard.unlock().await.unwrap();
+
+    replica.cut_link_from(&primary);
+    let err = redlock
+        .try_lock(RESOURCE, GRACE)
+        .await
+        .expect_err("no replica acknowledges");
+    println!("{err}");
+    assert!(
+        err.failed()
+            .iter()
+            .any(|node| node.to_string().contains("acknowledged the grant (WAIT)")),
+        "{err}"
+    );
+    assert!(
+        primary.get(&redlock.key(RESOURCE).unwrap()).is_none(),
+        "the grant that did not count was released"
+    );
 }
