@@ -221,6 +221,25 @@ impl Link {
         Outstanding(traffic)
     }
 
+    /// Whether the server behind the node moves in failovers (a Sentinel
+    /// node).
+    pub(crate) fn follows_failovers(&self) -> bool {
+        self.target.follows_failovers()
+    }
+
+    /// Drops the connection in use, if any, and connects again at once: for
+    /// a node whose server went silent and may have been replaced. What was
+    /// queued on the old connection is lost with it.
+    pub(crate) fn reconnect(&self) {
+        let current = match &self.state().1 {
+            State::Ready { id, .. } => Some(*id),
+            _ => None,
+        };
+        if let Some(id) = current {
+            self.broken(id);
+        }
+    }
+
     /// Drops the connection that attempt `attempt` made (a [`Handle::id`])
     /// after a call found it broken, and starts a new attempt at once.
     pub(crate) fn broken(&self, attempt: u64) {

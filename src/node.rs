@@ -46,9 +46,15 @@ enum Purpose {
     Read,
 }
 
+/// How long the primary of a Sentinel node may go without answering a
+/// probe before the node is connected again, through the Sentinels.
+const SILENT_PRIMARY: Duration = Duration::from_secs(1);
+
 /// A call timed out: skip node `index` and probe it with `PING` (each
 /// bounded by `timeout`) until it answers. Without a runtime to probe on, the
-/// node is not skipped.
+/// node is not skipped. A Sentinel node's primary silent for
+/// [`SILENT_PRIMARY`] is connected again (through the Sentinels, which may
+/// name another by then).
 fn timed_out(standing: &Arc<Standing>, link: Arc<Link>, timeout: Duration) {
     if !tasks::has_runtime() {
         return;
@@ -62,6 +68,7 @@ fn timed_out(standing: &Arc<Standing>, link: Arc<Link>, timeout: Duration) {
     tracing::debug!(node = %probe.name(), "node timed out: skipped until it answers a PING");
     tasks::spawn(async move {
         let probe = probe;
+        let silent_since = std::time::Instant::now();
         loop {
             let ping = async {
                 let handle = link.connection().await?;
@@ -74,6 +81,12 @@ fn timed_out(standing: &Arc<Standing>, link: Arc<Link>, timeout: Duration) {
             // Any answer, even an error, shows the node is not frozen.
             if tokio::time::timeout(timeout, ping).await.is_ok() {
                 break;
+            }
+            // A primary that Sentinels manage and that went silent (frozen,
+            // or cut off) may have been replaced: connect again, to the one
+            // the Sentinels name now.
+            if link.follows_failovers() && silent_since.elapsed() >= SILENT_PRIMARY {
+                link.reconnect();
             }
             tokio::time::sleep(timeout).await;
         }

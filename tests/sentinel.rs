@@ -119,3 +119,51 @@ async fn sentinels_that_name_no_primary_are_named_in_the_error() {
         "{text}"
     );
 }
+
+/// A primary that stops answering without closing its connections (frozen,
+/// or cut off by a partition) while the Sentinels promote its replica: the
+/// client leaves it for the primary the Sentinels name, and locks again
+/// once the promoted one has passed its grace, without the old one coming
+/// back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_that_went_silent_is_left_for_the_one_the_sentinels_name() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&primary);
+    let sentinels = Sentinels::start(&primary, None, 1);
+    let grace = Duration::from_secs(2);
+    let redlock = Redlock::builder([sentinels.url(None)])
+        .node_timeout(Duration::from_millis(200))
+        .restart_grace(grace)
+        .build()
+        .unwrap();
+    support::lock_once(&redlock, "sentinel:first-contact", Duration::from_secs(1)).await;
+    primary.pause();
+    let err = redlock
+        .try_lock(RESOURCE, Duration::from_secs(1))
+        .await
+        .expect_err("the primary is frozen");
+    println!("while frozen: {err}");
+    sentinels.wait_primary(replica.port());
+    let failed_over = Instant::now();
+    let deadline = failed_over + grace + Duration::from_secs(20);
+    loop {
+        match redlock.try_lock(RESOURCE, Duration::from_secs(1)).await {
+            Ok(guard) => {
+                assert!(replica.get(guard.key()).is_some(), "on the new primary");
+                guard.unlock().await.unwrap();
+                break;
+            }
+            Err(err) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "never left the silent primary: {err}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    println!(
+        "locked again {:?} after the failover",
+        failed_over.elapsed()
+    );
+}
