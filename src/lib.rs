@@ -42,8 +42,10 @@
 //! 7. `round.rs`: one parallel round, tallied as answers arrive, ended as
 //!    soon as its outcome is known; stragglers finish in the background.
 //! 8. `node.rs`: one node's calls, each bounded by the per-node timeout, and
-//!    the probe of a node that timed out; `connection.rs`: its connection
-//!    (the connect timeout, reconnects); `standing.rs`: whose votes count
+//!    the probe of a node that timed out; `target.rs`: where a node is (an
+//!    address, or a Sentinel-managed primary resolved at each connection,
+//!    [`SentinelNode`]); `connection.rs`: its connection (the connect
+//!    timeout, reconnects); `standing.rs`: whose votes count
 //!    ([`NotCounted`]: unchecked, unresponsive, recovering from a restart
 //!    or failover) and the check every connection passes, with the restart
 //!    and failover safety argument; `changes.rs`: the changes of server that
@@ -159,25 +161,36 @@
 //! Every connection to a node is checked before any call uses it (its
 //! `run_id`, uptime, `ROLE`, persistence settings and record, within the
 //! [connect timeout](RedlockBuilder::connect_timeout)): the same server
-//! listed twice, or a replica, is refused with [`Error::Misconfigured`]; a
+//! listed twice, or a replica at first contact, is refused with
+//! [`Error::Misconfigured`] (a replica where a primary was, or on a Sentinel
+//! node, is a failover under way: that node is asked again); a
 //! node that answers but refuses the commands counts, with a warning (see
 //! `standing.rs` for the policy and why).
 //!
-//! ## Restarts
+//! ## Restarts and failovers
 //!
 //! A node restarted without persistence comes back empty and would grant a
-//! lock a quorum still holds. quorlock holds such a node back: one whose
-//! `run_id` changed while the client knew it, or which is young and not in
-//! its own record while some node's record names an incarnation that is
-//! gone (each node records the `run_id`s of the incarnations that counted), is
-//! *recovering*, unless its data is durable (`appendonly yes` with
-//! `appendfsync always`). It is asked for its vote, but its grant does not
+//! lock a quorum still holds; a replica promoted after its primary died may
+//! lack the last locks (replication is asynchronous). quorlock holds such a
+//! node back, whatever its uptime: one whose incarnation (`run_id` and
+//! replication id) changed while the client knew it, one promoted
+//! (`master_replid2` set) that no client recorded yet, or one young and not
+//! in its own record while some node's record names an incarnation that is
+//! gone (each node records the incarnations that counted), is
+//! *recovering*, unless it is durable (`appendonly yes` with `appendfsync
+//! always`) and was never promoted. A lock held on it is told at once
+//! ([`LostReason::ServerChanged`]). It is asked for its vote, but its grant does not
 //! count until the [restart grace](RedlockBuilder::restart_grace) (60 s,
 //! and at least the client's longest TTL) has passed since it came back;
 //! then it counts again by itself. A brand-new set of nodes counts at once.
 //! [`RedlockBuilder::strict_restarts`] also holds back nodes young at first
 //! contact; `restart_grace(Duration::ZERO)` switches the protection off. The
-//! safety argument, its assumptions and its two gaps are in `standing.rs`.
+//! safety argument, its assumptions and its gaps are in `standing.rs`.
+//!
+//! A node may be a **Sentinel-managed primary**,
+//! `redis+sentinel://[user:password@]host:port[,host:port…]/<master-name>`
+//! (or [`SentinelNode`]): the client asks the Sentinels for the primary at
+//! each connection and follows it through failovers without a rebuild.
 //!
 //! ## Guarantees
 //!
@@ -215,8 +228,10 @@
 //!   for the longest TTL (delayed restart).
 //! - **Even node counts** work but tolerate no more failures than one node
 //!   fewer; a warning is logged at build.
-//! - **Single node** (one URL): the lock is as available as that node, and a
-//!   failover to a replica can lose it (replication is asynchronous).
+//! - **Single node** (one URL): the lock is as available as that node; a
+//!   failover to a replica that lacks the lock makes it unavailable for the
+//!   grace instead of handing it to a second holder.
+//! - **Redis Cluster** is not supported yet as a node.
 //! - **Clock jumps** on a Redis node (an administrator setting its time)
 //!   shorten or lengthen key expiry there; run NTP in slewing mode.
 
