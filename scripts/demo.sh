@@ -25,7 +25,7 @@ redis_start --replicaof 127.0.0.1 "$primary_port" >/dev/null
 sentinels=()
 for _ in 1 2 3; do
     url=$(redis_start --sentinel "sentinel monitor mymaster 127.0.0.1 $primary_port 2" \
-        "sentinel down-after-milliseconds mymaster 1000" "sentinel failover-timeout mymaster 10000")
+        "sentinel down-after-milliseconds mymaster 1000" "sentinel failover-timeout mymaster 3000")
     sentinels+=("${url#redis://}")
 done
 # A failover needs a replica that the Sentinels know.

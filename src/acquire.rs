@@ -528,7 +528,6 @@ impl Acquisition<'_> {
         }
         in_flight.settled = true;
         let holding = Holding::new(
-            self.engine.standings.changes().clone(),
             in_flight.round.counted_grants(),
             in_flight.changes_before,
             in_flight.round.votes.quorum,

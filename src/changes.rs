@@ -137,9 +137,10 @@ impl Holders {
 }
 
 /// The nodes that hold one lock's keys, as its winning round counted them.
+/// It holds no reference to the client's [`ServerChanges`] (one more shared
+/// reference count moved by every lock): its readers pass them in.
 #[derive(Debug)]
 pub(crate) struct Holding {
-    changes: Arc<ServerChanges>,
     holders: Holders,
     /// The change counter before the round started.
     since: u64,
@@ -147,41 +148,30 @@ pub(crate) struct Holding {
 }
 
 impl Holding {
-    /// The lock held on `holders` (node indices) of a client whose quorum is
-    /// `quorum`, won by a round that read `since` from `changes` before it
+    /// The lock held on `holders` of a client whose quorum is `quorum`, won
+    /// by a round that read `since` from the client's changes before it
     /// started.
-    pub(crate) fn new(
-        changes: Arc<ServerChanges>,
-        holders: Holders,
-        since: u64,
-        quorum: usize,
-    ) -> Self {
+    pub(crate) fn new(holders: Holders, since: u64, quorum: usize) -> Self {
         Holding {
-            changes,
             holders,
             since,
             quorum,
         }
     }
 
-    /// The changes whose notification wakes a watcher of this lock.
-    pub(crate) fn changes(&self) -> &ServerChanges {
-        &self.changes
-    }
-
-    /// If too few holders are left unchanged for a quorum: the node (name,
-    /// new `run_id`) whose change left too few. One atomic load when no
-    /// server has changed since the round.
-    pub(crate) fn lost(&self) -> Option<(String, String)> {
-        if self.changes.now() <= self.since {
+    /// If too few holders are left unchanged in `changes` (the client's) for
+    /// a quorum: the node (name, new `run_id`) whose change left too few.
+    /// One atomic load when no server has changed since the round.
+    pub(crate) fn lost(&self, changes: &ServerChanges) -> Option<(String, String)> {
+        if changes.now() <= self.since {
             return None;
         }
         let mut left = self.holders.len();
         for index in self.holders.each() {
-            if self.changes.changed_since(index, self.since) {
+            if changes.changed_since(index, self.since) {
                 left -= 1;
                 if left < self.quorum {
-                    return Some(self.changes.describe(index));
+                    return Some(changes.describe(index));
                 }
             }
         }
@@ -207,21 +197,22 @@ mod tests {
         let changes = changes(5);
         changes.changed(0, "old-change");
         let since = changes.now();
-        let bare = Holding::new(changes.clone(), Holders::of(0..3, 5), since, 3);
-        let wide = Holding::new(
-            changes.clone(),
-            Holders::List([0, 1, 2, 3].into()),
-            since,
-            3,
-        );
-        assert_eq!(bare.lost(), None, "a change before the round");
+        let bare = Holding::new(Holders::of(0..3, 5), since, 3);
+        let wide = Holding::new(Holders::List([0, 1, 2, 3].into()), since, 3);
+        assert_eq!(bare.lost(&changes), None, "a change before the round");
         changes.changed(4, "r4");
-        assert_eq!(bare.lost(), None, "a node that does not hold it");
+        assert_eq!(bare.lost(&changes), None, "a node that does not hold it");
         changes.changed(1, "r1");
-        assert_eq!(bare.lost(), Some(("n1".to_owned(), "r1".to_owned())));
-        assert_eq!(wide.lost(), None, "three unchanged holders left");
+        assert_eq!(
+            bare.lost(&changes),
+            Some(("n1".to_owned(), "r1".to_owned()))
+        );
+        assert_eq!(wide.lost(&changes), None, "three unchanged holders left");
         changes.changed(3, "r3");
-        assert_eq!(wide.lost(), Some(("n3".to_owned(), "r3".to_owned())));
+        assert_eq!(
+            wide.lost(&changes),
+            Some(("n3".to_owned(), "r3".to_owned()))
+        );
     }
 
     #[test]

@@ -150,7 +150,7 @@ impl Engine {
                 )
             })
             .collect();
-        standings.set_recorder(recorder(&nodes, standings.record_key()));
+        standings.set_recorder(recorder(&nodes, standings.record_keys()));
         let session = Session::new(live_key, nodes.clone(), notifications.clone());
         Arc::new_cyclic(|engine| {
             notifications.set_orphaned(orphaned(engine.clone()));
@@ -200,7 +200,7 @@ impl Engine {
         {
             return invalid("its key is the fencing counter's".into());
         }
-        if key[prefix.len()..] == *standing::RECORD_SUFFIX.as_bytes() {
+        if key[prefix.len()..].starts_with(standing::RECORD_SUFFIX.as_bytes()) {
             return invalid("its key is the nodes' record's (see `Redlock::RECORD_SUFFIX`)".into());
         }
         if [WRITE_SUFFIX, READ_SUFFIX, INTENT_SUFFIX]
@@ -412,13 +412,13 @@ fn standings(targets: &[Target], config: &Config) -> Arc<Standings> {
 
 /// How the standings record a node's `run_id` on another node (see
 /// `standing.rs`), through the nodes, which the standings do not know.
-fn recorder(nodes: &Arc<[Node]>, record_key: Arc<[u8]>) -> standing::Recorder {
+fn recorder(nodes: &Arc<[Node]>, keys: standing::RecordKeys) -> standing::Recorder {
     let weak = Arc::downgrade(nodes);
-    standing::Recorder(Arc::new(move |index, run_id| {
-        let (weak, record_key) = (weak.clone(), record_key.clone());
+    standing::Recorder(Arc::new(move |index, incarnation| {
+        let (weak, keys) = (weak.clone(), keys.clone());
         async move {
             match weak.upgrade() {
-                Some(nodes) => nodes[index].record_incarnation(record_key, run_id).await,
+                Some(nodes) => nodes[index].record_incarnation(keys, incarnation).await,
                 None => Ok(()),
             }
         }

@@ -123,7 +123,7 @@ impl LockGuard {
 
     /// The validity left: zero once it ran out or an extension showed the lock lost.
     pub fn remaining(&self) -> Duration {
-        self.lease.remaining()
+        self.lease.remaining(self.engine.standings.changes())
     }
 
     /// Whether the lock is still valid (see [`remaining`](Self::remaining)).
@@ -319,7 +319,7 @@ impl LockGuard {
     ///
     /// Cancel safe: it only watches.
     pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
-        let wait = self.lease.lost();
+        let wait = self.lease.lost(self.engine.standings.changes().clone());
         let resource = self.shown_resource();
         async move { lost_error(resource, wait.await) }
     }
@@ -356,7 +356,7 @@ impl LockGuard {
             // The end is in the lease, for `lost` to tell.
             std::future::pending::<std::convert::Infallible>().await
         };
-        let lost = self.lease.lost();
+        let lost = self.lease.lost(self.engine.standings.changes().clone());
         tokio::select! {
             biased;
             (reason, source) = lost => Err(self.lost_error(reason, source)),

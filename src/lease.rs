@@ -67,7 +67,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::answer::NodeError;
-use crate::changes::Holding;
+use crate::changes::{Holding, ServerChanges};
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::error::LostReason;
@@ -114,14 +114,21 @@ pub(crate) struct Validity {
     pub(crate) kept: bool,
 }
 
+/// A lease's holders, and the client's server changes to read them by.
+#[derive(Clone, Copy)]
+struct Watch<'a> {
+    holding: &'a Holding,
+    changes: &'a ServerChanges,
+}
+
 impl Validity {
     /// What ended the lease at `now`, if it has ended: its end, the change
     /// of too many of its holders' servers (see `changes.rs`), or its expiry.
-    fn ending_at(&self, now: Instant, holding: &Holding) -> Option<Ending> {
+    fn ending_at(&self, now: Instant, watch: Watch<'_>) -> Option<Ending> {
         if let Some(ending) = &self.ended {
             return Some(ending.clone());
         }
-        if let Some((node, run_id)) = holding.lost() {
+        if let Some((node, run_id)) = watch.holding.lost(watch.changes) {
             return Some((LostReason::ServerChanged { node, run_id }, None));
         }
         (now >= self.valid_until)
@@ -186,11 +193,20 @@ impl Lease {
         }
     }
 
-    /// The validity left: zero once it ran out or the lease ended.
-    pub(crate) fn remaining(&self) -> Duration {
+    /// The holders of the lease, read by the client's `changes`.
+    fn watch<'a>(&'a self, changes: &'a ServerChanges) -> Watch<'a> {
+        Watch {
+            holding: &self.holding,
+            changes,
+        }
+    }
+
+    /// The validity left: zero once it ran out or the lease ended (`changes`:
+    /// the client's server changes).
+    pub(crate) fn remaining(&self, changes: &ServerChanges) -> Duration {
         self.read(|v| {
             let now = Instant::now();
-            match v.ending_at(now, &self.holding) {
+            match v.ending_at(now, self.watch(changes)) {
                 Some(_) => Duration::ZERO,
                 None => v.valid_until.saturating_duration_since(now),
             }
@@ -223,14 +239,17 @@ impl Lease {
 
     /// Resolves with why the lease ended, the moment it ends (see the module
     /// docs). Owned: it holds the lease.
-    pub(crate) fn lost(self: &Arc<Self>) -> impl Future<Output = Ending> + Send + 'static {
+    pub(crate) fn lost(
+        self: &Arc<Self>,
+        changes: Arc<ServerChanges>,
+    ) -> impl Future<Output = Ending> + Send + 'static {
         let lease = self.clone();
         async move {
             loop {
                 // Made before the read: a change after it wakes this.
                 let changed = lease.changed.notified();
-                let noted = lease.holding.changes().noted.notified();
-                let valid_until = match lease.check() {
+                let noted = changes.noted.notified();
+                let valid_until = match lease.check(&changes) {
                     Ok(ending) => {
                         lease.note_loss(&ending.0);
                         return ending;
@@ -249,9 +268,9 @@ impl Lease {
 
     /// The lease's end, read with the clock under the lease's lock, if it
     /// has ended; else until when it is valid.
-    fn check(&self) -> Result<Ending, Instant> {
+    fn check(&self, changes: &ServerChanges) -> Result<Ending, Instant> {
         self.read(|v| {
-            v.ending_at(Instant::now(), &self.holding)
+            v.ending_at(Instant::now(), self.watch(changes))
                 .ok_or(v.valid_until)
         })
     }
@@ -269,20 +288,21 @@ impl Lease {
     ) -> Result<(), Ending> {
         let _one_at_a_time = self.extending.lock().await;
         let ttl = ttl.unwrap_or_else(|| self.read(|v| v.ttl));
-        let start = self.begin_extension(ttl)?;
+        let changes = engine.standings.changes();
+        let start = self.begin_extension(ttl, changes)?;
         let round = engine.extend(lock, ttl).await;
-        self.apply_extension(round, start, ttl)
+        self.apply_extension(round, start, ttl, changes)
     }
 
     /// Notes that an extension to `ttl` is about to be sent, and returns its
     /// start; `Err` if the lease already ended. Every node it reaches resets
     /// our key to `ttl` from about now, so the validity drops to `start + ttl
     /// - drift` if that is sooner, and stays there unless the round succeeds.
-    fn begin_extension(&self, ttl: Ttl) -> Result<Instant, Ending> {
+    fn begin_extension(&self, ttl: Ttl, changes: &ServerChanges) -> Result<Instant, Ending> {
         let mut outcome = Err((LostReason::Expired, None));
         self.change(|v| {
             let start = Instant::now();
-            if let Some(ending) = v.ending_at(start, &self.holding) {
+            if let Some(ending) = v.ending_at(start, self.watch(changes)) {
                 outcome = Err(ending);
                 return false;
             }
@@ -299,14 +319,20 @@ impl Lease {
     /// [`begin_extension`](Self::begin_extension)). It is applied only if a
     /// quorum extended our key and the round ended before the validity the
     /// lease had (already capped at the new one), and before the new one.
-    fn apply_extension(&self, mut round: Round, start: Instant, ttl: Ttl) -> Result<(), Ending> {
+    fn apply_extension(
+        &self,
+        mut round: Round,
+        start: Instant,
+        ttl: Ttl,
+        changes: &ServerChanges,
+    ) -> Result<(), Ending> {
         let (votes, last_error) = round.tally();
         round.log("extend round");
         let mut outcome = Ok(());
         self.change(|v| {
             // Read here, under the lease's lock: see "When the loss is told".
             let finished = Instant::now();
-            if let Some(ending) = v.ending_at(finished, &self.holding) {
+            if let Some(ending) = v.ending_at(finished, self.watch(changes)) {
                 outcome = Err(ending);
             } else if votes.has_quorum() {
                 let new_valid_until = ttl.valid_until(start);
@@ -356,9 +382,10 @@ impl Lease {
         loop {
             // Made before the read: a change after it wakes this.
             let changed = self.changed.notified();
-            let noted = self.holding.changes().noted.notified();
+            let changes = engine.standings.changes();
+            let noted = changes.noted.notified();
             let read = self.read(|v| {
-                if let Some((reason, _)) = v.ending_at(Instant::now(), &self.holding) {
+                if let Some((reason, _)) = v.ending_at(Instant::now(), self.watch(changes)) {
                     return Err(reason);
                 }
                 let renew_at = retry_at.unwrap_or_else(|| {

@@ -26,6 +26,7 @@ use crate::connection::{self, Link};
 use crate::queue::{self, Place};
 use crate::request::{LockId, Request, Shape};
 use crate::scripts;
+use crate::standing::RecordKeys;
 use crate::standing::Standings;
 use crate::target::Target;
 use crate::tasks;
@@ -295,21 +296,27 @@ impl Node {
         Box::pin(self.call(purpose, call, reply))
     }
 
-    /// Adds `run_id` to the node's record of incarnations that counted
-    /// (`SADD`), bounded by the connect timeout (see `standing.rs`).
+    /// Records `incarnation` in the node's record of incarnations that
+    /// counted (see `standing.rs`), each command bounded by the connect
+    /// timeout.
     pub(crate) fn record_incarnation(
         &self,
-        record_key: Arc<[u8]>,
-        run_id: Arc<str>,
+        keys: RecordKeys,
+        incarnation: Arc<str>,
     ) -> impl Future<Output = Result<(), NodeError>> + Send + 'static {
-        let mut cmd = redis::cmd("SADD");
-        cmd.arg(&*record_key).arg(&*run_id);
-        let call = Call::Command { cmd, script: None };
-        self.call(Purpose::Read, call, Reply::Any)
-            .map(|answer| match answer {
-                Answer::Failed(err) => Err(err),
-                _ => Ok(()),
-            })
+        let calls = keys.adds(&[&*incarnation]).map(|cmd| {
+            let call = Call::Command { cmd, script: None };
+            self.call(Purpose::Read, call, Reply::Any)
+        });
+        futures::future::join_all(calls).map(|answers| {
+            match answers.into_iter().find_map(|answer| match answer {
+                Answer::Failed(err) => Some(err),
+                _ => None,
+            }) {
+                Some(err) => Err(err),
+                None => Ok(()),
+            }
+        })
     }
 
     /// The client's heartbeat on this node (`scripts::HEARTBEAT`, see
@@ -407,15 +414,20 @@ impl Node {
             } else {
                 shared.timeout
             };
-            let started = std::time::Instant::now();
+            // Read only where a grant waits for its replicas.
+            let started = (shared.replica_acks > 0).then(std::time::Instant::now);
             let exchange = async {
                 let (value, legacy) = shared.exchange(&call).await?;
                 let answer = reply.read(value, legacy).unwrap_or_else(|value| {
                     Answer::Failed(unexpected(shared.name.clone(), &value))
                 });
-                match purpose == Purpose::Vote && answer.is_granted() {
-                    true => shared.acknowledged(answer, started + timeout).await,
-                    false => Ok(answer),
+                match started {
+                    // Boxed: every call's future (one type for all) stays
+                    // the size it is without the option.
+                    Some(started) if purpose == Purpose::Vote && answer.is_granted() => {
+                        Box::pin(shared.acknowledged(answer, started + timeout)).await
+                    }
+                    _ => Ok(answer),
                 }
             };
             let answer = if purpose == Purpose::Cleanup {
@@ -446,15 +458,12 @@ impl Shared {
     /// (`WAIT`, on the connection that made it, ending a little before the
     /// call's `deadline`, so that a slow acknowledgement is an answer and
     /// not a timeout that would mark the node unresponsive); with fewer, a
-    /// failure that says so. As it is without the option.
+    /// failure that says so.
     async fn acknowledged(
         &self,
         granted: Answer,
         deadline: std::time::Instant,
     ) -> Result<Answer, NodeErrorKind> {
-        if self.replica_acks == 0 {
-            return Ok(granted);
-        }
         let mut connection = self.link.connection().await?.connection;
         // Three quarters of what is left, at least 1 ms (`WAIT` with 0
         // would block until the replicas answer, however long).

@@ -78,14 +78,18 @@ impl Redlock {
     /// off, also how often a waiting call makes a round.
     pub const REFRESH_INTERVAL: Duration = queue::REFRESH_INTERVAL;
 
-    /// What follows the key prefix in the key of each node's *record*: a set
-    /// of the `run_id`s of the node incarnations, on any node of the lock,
-    /// whose votes have counted (see the crate docs, "Restarts"). A resource
-    /// whose key would be the record's is refused.
+    /// What follows the key prefix in the keys of each node's *record*: a
+    /// set of the `run_id`s of the node incarnations, on any node of the
+    /// lock, whose votes have counted, and beside it (this suffix and `:v2`)
+    /// the set of those incarnations as `run_id/master_replid` (see the crate
+    /// docs, "Restarts and failovers"). A resource whose key would start
+    /// with this suffix is refused.
     pub const RECORD_SUFFIX: &'static str = standing::RECORD_SUFFIX;
 
-    /// A client over the nodes at `urls` (`redis://`, `rediss://` or
-    /// `redis+unix://`), with the default options. One URL gives the classic
+    /// A client over the nodes at `urls` (`redis://`, `rediss://`,
+    /// `redis+unix://`, or `redis+sentinel://` for a Sentinel-managed
+    /// primary: see [`SentinelNode`](crate::SentinelNode)), with the default
+    /// options. One URL gives the classic
     /// single-instance lock (quorum 1).
     ///
     /// # Errors

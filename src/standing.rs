@@ -21,10 +21,13 @@
 //! last step of connecting, within the connect timeout). One round trip asks
 //! `INFO server` (`run_id`, `uptime_in_seconds`), `INFO replication`
 //! (`master_replid`, `master_replid2`), `ROLE`, `CONFIG GET appendonly`,
-//! `CONFIG GET appendfsync`, and `SMEMBERS` of the node's *record* (the key
-//! prefix followed by [`RECORD_SUFFIX`]: the incarnations, of any node of
-//! the lock, whose votes have counted), and `SADD`s to that record the
-//! incarnations this client knows to count, with the client's `SCRIPT
+//! `CONFIG GET appendfsync`, and `SMEMBERS` of the node's *record* (the
+//! incarnations, of any node of the lock, whose votes have counted: the key
+//! prefix followed by [`RECORD_SUFFIX`] and `:v2`; and their bare `run_id`s
+//! under the key prefix followed by [`RECORD_SUFFIX`], the record that
+//! clients from before incarnations read and write, so that clients of both
+//! kinds can share the nodes during an upgrade), and `SADD`s to that record
+//! the incarnations this client knows to count, with the client's `SCRIPT
 //! LOAD`s. The node is judged from the answers.
 //!
 //! An **incarnation** is a server's `run_id` with its replication id
@@ -86,8 +89,9 @@
 //!    locks until the moment it was replaced. The locks this client holds
 //!    on the node are told ([`ServerChanges`]);
 //! 4. first met by this client, its own incarnation is in its record (a
-//!    client judged this very incarnation to count, by these rules): it
-//!    counts;
+//!    client judged this very incarnation to count, by these rules), or,
+//!    never promoted, its `run_id` is (a never-promoted server keeps its
+//!    replication id for life): it counts;
 //! 5. first met, promoted, unrecorded: *recovering*, from this check;
 //! 6. first met, never promoted, up for at least `G` (`uptime_in_seconds`,
 //!    less its one second of slack, see below): it counts; a lock it may
@@ -204,6 +208,48 @@ use crate::tasks;
 /// votes have counted (see the module docs). A resource whose key would be
 /// the record's is refused.
 pub(crate) const RECORD_SUFFIX: &str = "quorlock-incarnations";
+
+/// What follows [`RECORD_SUFFIX`] in the key of the record of incarnations
+/// (`run_id/master_replid`). The record under [`RECORD_SUFFIX`] itself holds
+/// their bare `run_id`s: clients from before incarnations read it, and would
+/// take every entry of the new form as an incarnation that is gone.
+const INCARNATIONS_TAIL: &str = ":v2";
+
+/// The keys of each node's record (see the module docs).
+#[derive(Debug, Clone)]
+pub(crate) struct RecordKeys {
+    /// Incarnations, `run_id/master_replid`.
+    pub(crate) incarnations: Arc<[u8]>,
+    /// Their bare `run_id`s (and those that older clients recorded).
+    pub(crate) run_ids: Arc<[u8]>,
+}
+
+impl RecordKeys {
+    fn new(key_prefix: &[u8]) -> Self {
+        let mut run_ids = key_prefix.to_vec();
+        run_ids.extend_from_slice(RECORD_SUFFIX.as_bytes());
+        let mut incarnations = run_ids.clone();
+        incarnations.extend_from_slice(INCARNATIONS_TAIL.as_bytes());
+        RecordKeys {
+            incarnations: incarnations.into(),
+            run_ids: run_ids.into(),
+        }
+    }
+
+    /// The commands that record `incarnations` on a node: each in the
+    /// record of incarnations, its `run_id` in the record of `run_id`s.
+    pub(crate) fn adds(&self, incarnations: &[impl AsRef<str>]) -> [redis::Cmd; 2] {
+        let mut full = redis::cmd("SADD");
+        full.arg(&*self.incarnations);
+        let mut bare = redis::cmd("SADD");
+        bare.arg(&*self.run_ids);
+        for incarnation in incarnations {
+            full.arg(incarnation.as_ref());
+            bare.arg(run_id_of(incarnation.as_ref()));
+        }
+        [full, bare]
+    }
+}
 
 /// How long a recovering node's recording waits before it tries again
 /// after a failure.
@@ -384,7 +430,7 @@ pub(crate) struct Standings {
     policy: RestartPolicy,
     /// The longest TTL (ms) this client has used.
     longest_ttl_ms: AtomicU64,
-    record_key: Arc<[u8]>,
+    record_keys: RecordKeys,
     /// The scripts loaded on each node with its check.
     scripts: &'static [&'static str],
     node_timeout: Duration,
@@ -409,8 +455,6 @@ impl Standings {
         node_timeout: Duration,
         connect_timeout: Duration,
     ) -> Arc<Self> {
-        let mut record_key = key_prefix.to_vec();
-        record_key.extend_from_slice(RECORD_SUFFIX.as_bytes());
         let changes = Arc::new(ServerChanges::new(names.clone()));
         Arc::new_cyclic(|me| Standings {
             slots: names
@@ -429,7 +473,7 @@ impl Standings {
             misconfigured: OnceLock::new(),
             policy,
             longest_ttl_ms: AtomicU64::new(0),
-            record_key: record_key.into(),
+            record_keys: RecordKeys::new(key_prefix),
             scripts,
             node_timeout,
             connect_timeout,
@@ -440,9 +484,9 @@ impl Standings {
         })
     }
 
-    /// The key of each node's record.
-    pub(crate) fn record_key(&self) -> Arc<[u8]> {
-        self.record_key.clone()
+    /// The keys of each node's record.
+    pub(crate) fn record_keys(&self) -> RecordKeys {
+        self.record_keys.clone()
     }
 
     /// Gives the standings the way to record a `run_id` on a node.
@@ -611,7 +655,7 @@ impl Standings {
         } = verdict
         else {
             if !incarnation.is_empty() && !identity.record.contains(&incarnation) {
-                record_incarnation(&mut connection, &self.record_key, &incarnation, name).await?;
+                record_incarnation(&mut connection, &self.record_keys, &incarnation, name).await?;
             }
             self.counts(index, incarnation);
             return Ok(identity.major_version);
@@ -667,7 +711,7 @@ impl Standings {
     ) -> Result<Identity, NodeErrorKind> {
         // What this client knows to count goes onto every node it checks.
         let counting = self.counting_incarnations();
-        let identity = read_identity(connection, &self.record_key, &counting, self.scripts)
+        let identity = read_identity(connection, &self.record_keys, &counting, self.scripts)
             .await
             .map_err(|err| {
                 let failure = NodeErrorKind::Redis(Arc::new(err));
@@ -1099,7 +1143,12 @@ fn judge(facts: &Facts<'_>) -> Verdict {
         return changed(identity.promoted);
     }
     // First met.
-    if identity.record.contains(&incarnation) {
+    // A never-promoted server keeps its replication id for life: its
+    // `run_id` alone (as older clients recorded it) names its incarnation.
+    let run_id = identity.run_id.as_deref().unwrap_or_default();
+    if identity.record.contains(&incarnation)
+        || (!identity.promoted && identity.record.iter().any(|entry| entry == run_id))
+    {
         return Verdict::Counts; // a client judged this incarnation to count
     }
     if identity.promoted {
@@ -1199,7 +1248,7 @@ async fn end_recovery(
             standings.connect_timeout,
             record_incarnation(
                 &mut connection,
-                &standings.record_key,
+                &standings.record_keys,
                 &recovery.incarnation,
                 &name,
             ),
@@ -1254,20 +1303,20 @@ async fn record_everywhere(
     }
 }
 
-/// `SADD record run_id` on a node's own connection. A node that refuses it
-/// (an ACL) is left without it, with a warning: it still counts.
+/// Records `incarnation` (see [`RecordKeys::adds`]) on a node's own
+/// connection. A node that refuses it (an ACL) is left without it, with a
+/// warning: it still counts.
 async fn record_incarnation(
     connection: &mut MultiplexedConnection,
-    record_key: &[u8],
-    run_id: &str,
+    keys: &RecordKeys,
+    incarnation: &str,
     name: &str,
 ) -> Result<(), NodeErrorKind> {
-    match redis::cmd("SADD")
-        .arg(record_key)
-        .arg(run_id)
-        .query_async::<Value>(connection)
-        .await
-    {
+    let mut pipe = redis::pipe();
+    for add in keys.adds(&[incarnation]) {
+        pipe.add_command(add);
+    }
+    match pipe.query_async::<Value>(connection).await {
         Ok(_) => Ok(()),
         Err(err) if err.code().is_some() => {
             tracing::warn!(
@@ -1291,7 +1340,7 @@ async fn record_incarnation(
 /// to get any answer is an error.
 async fn read_identity(
     connection: &mut MultiplexedConnection,
-    record_key: &[u8],
+    record_keys: &RecordKeys,
     counting: &[String],
     scripts: &'static [&'static str],
 ) -> Result<Identity, RedisError> {
@@ -1309,9 +1358,13 @@ async fn read_identity(
         .arg("GET")
         .arg("appendfsync")
         .cmd("SMEMBERS")
-        .arg(record_key);
+        .arg(&*record_keys.incarnations)
+        .cmd("SMEMBERS")
+        .arg(&*record_keys.run_ids);
     if !counting.is_empty() {
-        pipe.cmd("SADD").arg(record_key).arg(counting).ignore();
+        for add in record_keys.adds(counting) {
+            pipe.add_command(add).ignore();
+        }
     }
     for code in scripts {
         pipe.cmd("SCRIPT").arg("LOAD").arg(*code);
@@ -1347,6 +1400,7 @@ async fn read_identity(
     identity.durable =
         appendonly.as_deref() == Some("yes") && appendfsync.as_deref() == Some("always");
     identity.record = read_record(answers.next());
+    identity.record.extend(read_record(answers.next()));
     for loaded in answers {
         if let Err(err) = loaded {
             tracing::debug!(error = %err, "SCRIPT LOAD refused: scripts load on first use");

@@ -71,7 +71,7 @@ impl Pair {
 }
 
 fn record_key() -> Vec<u8> {
-    b"quorlock:quorlock-incarnations".to_vec()
+    b"quorlock:quorlock-incarnations:v2".to_vec()
 }
 
 /// The nodes of `err` whose grants did not count because they are recovering.

@@ -466,3 +466,43 @@ async fn a_node_without_info_counts_and_records_nothing_empty() {
     // A fresh client still counts all three.
     lock_once(&client(&nodes), RESOURCE, Duration::from_secs(1)).await;
 }
+
+/// Clients from before incarnations read the record under
+/// `RECORD_SUFFIX` and take any entry that is no node's `run_id` as an
+/// incarnation that is gone. So that both kinds can share the nodes during
+/// a rolling upgrade, that record holds only bare, current `run_id`s; the
+/// incarnations (`run_id/master_replid`) go under `RECORD_SUFFIX:v2`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_record_older_clients_read_holds_only_current_run_ids() {
+    let nodes = servers(3);
+    let redlock = client(&nodes);
+    lock_once(&redlock, RESOURCE, Duration::from_secs(1)).await;
+    redlock.flush().await;
+    let run_ids: Vec<String> = nodes
+        .iter()
+        .map(|node| node.info_field("server", "run_id").unwrap())
+        .collect();
+    let bare = format!("quorlock:{}", quorlock::Redlock::RECORD_SUFFIX);
+    let full = format!("{bare}:v2");
+    for node in &nodes {
+        let members = |key: &str| -> Vec<String> {
+            redis::cmd("SMEMBERS")
+                .arg(key)
+                .query(&mut node.connection())
+                .unwrap()
+        };
+        let mut old = members(&bare);
+        old.sort();
+        let mut expected = run_ids.clone();
+        expected.sort();
+        assert_eq!(old, expected, "node {}", node.port());
+        let new = members(&full);
+        assert_eq!(new.len(), 3, "node {}: {new:?}", node.port());
+        assert!(
+            new.iter().all(|entry| run_ids
+                .iter()
+                .any(|id| entry.starts_with(&format!("{id}/")))),
+            "{new:?}"
+        );
+    }
+}

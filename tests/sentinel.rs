@@ -42,7 +42,7 @@ async fn a_lossy_sentinel_failover_gives_no_second_holder_and_locks_work_again()
     let url = sentinels.url(Some(PASSWORD));
     let a_client = builder(&url).build().unwrap();
     support::lock_once(&a_client, "sentinel:first-contact", Duration::from_secs(1)).await;
-    replica.wait_replicated(b"quorlock:quorlock-incarnations");
+    replica.wait_replicated(b"quorlock:quorlock-incarnations:v2");
 
     replica.cut_link_from(&primary);
     let a = a_client.try_lock(RESOURCE, GRACE).await.unwrap();

@@ -1,7 +1,9 @@
 //! Redis Sentinel: three Sentinels (`redis-server <conf> --sentinel`, of the
 //! server under test) watching one primary, on free loopback ports, with
 //! short detection times so that a failover (made by killing the primary)
-//! ends within seconds. Every wait is on what the Sentinels report.
+//! ends within seconds: down after 1 s, and a failover timeout of 3 s (a
+//! Sentinel election that splits is tried again after twice that; with the
+//! default 3 minutes, or even 10 s, a split vote outlasts a test's locks). Every wait is on what the Sentinels report.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -41,7 +43,7 @@ impl Sentinel {
             "port {port}\nbind 127.0.0.1\ndir {}\n\
              sentinel monitor {MASTER} 127.0.0.1 {} 2\n\
              sentinel down-after-milliseconds {MASTER} {}\n\
-             sentinel failover-timeout {MASTER} 10000\n\
+             sentinel failover-timeout {MASTER} 3000\n\
              sentinel parallel-syncs {MASTER} 1\n",
             dir.display(),
             primary.port(),
