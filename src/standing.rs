@@ -1331,44 +1331,18 @@ async fn record_incarnation(
     }
 }
 
-/// The check's round trip: `INFO server`, `ROLE`, `CONFIG GET` of the
-/// persistence settings, `SMEMBERS` of the record, then `SADD` to it of the
-/// `run_id`s this client knows to count (`counting`), and the `SCRIPT LOAD`
-/// of `scripts`. A command the node refuses leaves that part unknown (a
-/// refused `INFO` or `ROLE` is listed in [`Identity::refused`]; a refused
-/// `SCRIPT LOAD` only costs the `NOSCRIPT` fallback later); only a failure
-/// to get any answer is an error.
+/// The check's round trip (see [`check_pipeline`]), read. A command the
+/// node refuses leaves that part unknown (a refused `INFO` or `ROLE` is
+/// listed in [`Identity::refused`]; a refused `SCRIPT LOAD` only costs the
+/// `NOSCRIPT` fallback later); only a failure to get any answer is an
+/// error.
 async fn read_identity(
     connection: &mut MultiplexedConnection,
     record_keys: &RecordKeys,
     counting: &[String],
     scripts: &'static [&'static str],
 ) -> Result<Identity, RedisError> {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors()
-        .cmd("INFO")
-        .arg("server")
-        .cmd("INFO")
-        .arg("replication")
-        .cmd("ROLE")
-        .cmd("CONFIG")
-        .arg("GET")
-        .arg("appendonly")
-        .cmd("CONFIG")
-        .arg("GET")
-        .arg("appendfsync")
-        .cmd("SMEMBERS")
-        .arg(&*record_keys.incarnations)
-        .cmd("SMEMBERS")
-        .arg(&*record_keys.run_ids);
-    if !counting.is_empty() {
-        for add in record_keys.adds(counting) {
-            pipe.add_command(add).ignore();
-        }
-    }
-    for code in scripts {
-        pipe.cmd("SCRIPT").arg("LOAD").arg(*code);
-    }
+    let pipe = check_pipeline(record_keys, counting, scripts);
     let mut answers = pipe
         .query_async::<Vec<RedisResult<Value>>>(connection)
         .await?
@@ -1409,8 +1383,44 @@ async fn read_identity(
     Ok(identity)
 }
 
-/// The value of a one-parameter `CONFIG GET` (RESP2 array or RESP3 map).
-/// The `run_id`s in the reply to `SMEMBERS` of the record (none if it failed).
+/// The check's round trip: `INFO server`, `INFO replication`, `ROLE`,
+/// `CONFIG GET` of the persistence settings, `SMEMBERS` of both records,
+/// then the records of the incarnations this client knows to count
+/// (`counting`), and the `SCRIPT LOAD` of `scripts`.
+fn check_pipeline(
+    record_keys: &RecordKeys,
+    counting: &[String],
+    scripts: &'static [&'static str],
+) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors()
+        .cmd("INFO")
+        .arg("server")
+        .cmd("INFO")
+        .arg("replication")
+        .cmd("ROLE")
+        .cmd("CONFIG")
+        .arg("GET")
+        .arg("appendonly")
+        .cmd("CONFIG")
+        .arg("GET")
+        .arg("appendfsync")
+        .cmd("SMEMBERS")
+        .arg(&*record_keys.incarnations)
+        .cmd("SMEMBERS")
+        .arg(&*record_keys.run_ids);
+    if !counting.is_empty() {
+        for add in record_keys.adds(counting) {
+            pipe.add_command(add).ignore();
+        }
+    }
+    for code in scripts {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(*code);
+    }
+    pipe
+}
+
+/// The entries in the reply to `SMEMBERS` of a record (none if it failed).
 fn read_record(answer: Option<RedisResult<Value>>) -> Vec<String> {
     match answer {
         Some(Ok(Value::Array(items) | Value::Set(items))) => items
@@ -1456,6 +1466,7 @@ fn read_info(identity: &mut Identity, info: Value) {
         field("redis_version:").and_then(|version| version.split('.').next()?.parse().ok());
 }
 
+/// The value of a one-parameter `CONFIG GET` (RESP2 array or RESP3 map).
 fn config_value(answer: Option<RedisResult<Value>>) -> Option<String> {
     let text = |value: &Value| match value {
         Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
