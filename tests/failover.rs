@@ -74,15 +74,6 @@ fn record_key() -> Vec<u8> {
     b"quorlock:quorlock-incarnations:v2".to_vec()
 }
 
-/// The nodes of `err` whose grants did not count because they are recovering.
-fn recovering(err: &Error) -> Vec<String> {
-    err.not_counted()
-        .iter()
-        .filter(|node| node.is_recovering())
-        .map(|node| node.node().to_owned())
-        .collect()
-}
-
 /// Holder A's guard must learn that its key may be gone well before its
 /// validity runs out (it is not extended: only the failover can tell it).
 async fn lost_at_once(a: &LockGuard) {
@@ -112,13 +103,13 @@ async fn both_refused(a_client: &Redlock, urls: &[String], a_until: Instant) -> 
         .await
         .expect_err("the client that knew the old primary: a second holder");
     println!("knew the primary, refused: {err}");
-    assert_eq!(recovering(&err), failed_over, "{err}");
+    assert_eq!(support::recovering_nodes(&err), failed_over, "{err}");
     let err = client(urls)
         .lock(RESOURCE, GRACE)
         .await
         .expect_err("a fresh client: a second holder");
     println!("fresh, refused: {err}");
-    assert_eq!(recovering(&err), failed_over, "{err}");
+    assert_eq!(support::recovering_nodes(&err), failed_over, "{err}");
     assert!(
         Instant::now() < a_until,
         "the refusals came too late to mean anything"

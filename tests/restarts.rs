@@ -11,7 +11,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use quorlock::{Error, LockGuard, Redlock, RedlockBuilder};
-use support::{RedisServer, lock_once, servers, urls};
+use support::{RedisServer, lock_once, recovering_nodes, servers, urls};
 
 const RESOURCE: &str = "restarts:resource";
 
@@ -42,15 +42,6 @@ async fn holder_on_nodes_0_and_1(
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(nodes[0].get(a.key()).is_some() && nodes[1].get(a.key()).is_some());
     a
-}
-
-/// The nodes of `err` whose grants did not count because they are recovering.
-fn recovering_nodes(err: &Error) -> Vec<String> {
-    err.not_counted()
-        .iter()
-        .filter(|node| node.is_recovering())
-        .map(|node| node.node().to_owned())
-        .collect()
 }
 
 fn node_name(node: &RedisServer) -> String {

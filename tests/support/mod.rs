@@ -397,6 +397,16 @@ pub async fn checked_hold(
     inside == 1
 }
 
+/// The nodes of `err` whose grants did not count because they are
+/// recovering (from a restart or a failover).
+pub fn recovering_nodes(err: &quorlock::Error) -> Vec<String> {
+    err.not_counted()
+        .iter()
+        .filter(|node| node.is_recovering())
+        .map(|node| node.node().to_owned())
+        .collect()
+}
+
 /// A free loopback port, as the kernel hands it out, and never one this
 /// process handed out before: tests run side by side, and a client of a test
 /// whose server was killed keeps connecting to its port, so a server of
