@@ -158,37 +158,54 @@ pub(crate) async fn acquire_all(
     ttl: Duration,
     waits: bool,
 ) -> Result<LockGuard> {
-    let mut keys = resources
+    let mut named = resources
         .iter()
-        .map(|resource| engine.key(resource))
+        .map(|resource| Ok((engine.key(resource)?, *resource)))
         .collect::<Result<Vec<_>>>()?;
     // In byte order, none twice: the nodes see one set whatever order the
     // caller named them in.
-    keys.sort();
-    keys.dedup();
-    if keys.len() > crate::engine::MAX_RESOURCES {
+    named.sort();
+    named.dedup_by(|a, b| a.0 == b.0);
+    if named.len() > crate::engine::MAX_RESOURCES {
         return Err(Error::InvalidResource {
             reason: format!(
                 "{} resources named, more than the {} one lock takes",
-                keys.len(),
+                named.len(),
                 crate::engine::MAX_RESOURCES
             ),
         });
+    }
+    let (keys, names): (Vec<Arc<[u8]>>, Vec<&[u8]>) = named.into_iter().unzip();
+    if engine.config.slotted {
+        one_slot(&keys)?;
     }
     let Some((key, others)) = keys.split_first() else {
         return Err(Error::InvalidResource {
             reason: "no resource named".into(),
         });
     };
-    // The names in the keys' order: every key has the same prefix.
-    let prefix_len = engine.config.key_prefix.len();
-    let names: Vec<&[u8]> = keys.iter().map(|key| &key[prefix_len..]).collect();
     let shape = if others.is_empty() {
         Shape::One
     } else {
         Shape::All(OtherKeys::from(others))
     };
     start(engine, &names, (key.clone(), shape), ttl, waits).await
+}
+
+/// In the slotted layout (a Redis Cluster node), a lock on several
+/// resources runs one script over all its keys, which the cluster runs
+/// only within one slot: the keys must share a hash tag.
+fn one_slot(keys: &[Arc<[u8]>]) -> Result<()> {
+    let mut slots = keys.iter().map(|key| crate::cluster::slot(key));
+    let first = slots.next();
+    if slots.all(|slot| Some(slot) == first) {
+        return Ok(());
+    }
+    Err(Error::InvalidResource {
+        reason: "with a Redis Cluster node, the resources of one lock must share a slot: give \
+                 them one hash tag, as in {order:42}:items and {order:42}:payment"
+            .into(),
+    })
 }
 
 /// The start shared by [`acquire`], [`acquire_all`] and [`acquire_rw`]:
@@ -370,7 +387,7 @@ impl Acquisition<'_> {
     /// the first when this client's last call found the key taken or
     /// another call of it is making its plain first round there (`Busy`).
     fn take_turn(&mut self, lock: LockId) -> (Request, Option<Gates>) {
-        let (ttl_ms, counter_key) = (self.ttl.millis, self.engine.config.counter_key().cloned());
+        let (ttl_ms, counter_key) = (self.ttl.millis, self.engine.config.counter_key(&lock.key));
         let claiming = std::mem::take(&mut self.claiming);
         let (gates, queued) = match &mut self.waiting {
             Some(waiting) => waiting.turn(claiming),
@@ -477,7 +494,7 @@ impl Acquisition<'_> {
         &self,
         in_flight: &mut InFlight,
     ) -> std::result::Result<Option<u64>, FenceFailure> {
-        let Some(counter_key) = self.engine.config.counter_key() else {
+        let Some(counter_key) = self.engine.config.counter_key(&in_flight.lock.key) else {
             return Ok(None);
         };
         // A reader has no fencing token (see `Redlock::read`).
@@ -535,7 +552,6 @@ impl Acquisition<'_> {
         LockGuard::acquired(
             self.engine.clone(),
             in_flight.lock.clone(),
-            self.resources.first().map_or(0, |resource| resource.len()),
             Lease::new(self.ttl, in_flight.start, self.meter.clone(), holding),
             fencing_token,
         )
@@ -760,9 +776,13 @@ impl Waiting {
 
     /// The waiter id.
     fn id(&mut self) -> &Arc<str> {
-        let notifications = &self.engine.notifications;
-        self.waiter
-            .get_or_insert_with(|| notifications.new_waiter())
+        let engine = &self.engine;
+        let key = &self.key;
+        self.waiter.get_or_insert_with(|| {
+            engine
+                .notifications
+                .new_waiter(&engine.session.live_key(key))
+        })
     }
 
     /// The waiter's part of its next turn: the gates of a claim (when

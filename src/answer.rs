@@ -144,6 +144,11 @@ pub enum NodeErrorKind {
     /// (unreachable, no such master).
     #[error("{0}")]
     Sentinel(String),
+    /// No node named in a Redis Cluster node's URL told the cluster's
+    /// topology: what each answered (unreachable, not a cluster node, no
+    /// slot served yet).
+    #[error("{0}")]
+    Cluster(String),
     /// The server behind a node that follows failovers (a Sentinel node),
     /// or one this client knew as a primary, answers as a replica: a
     /// failover is under way, or the address leads to a replica now. Not
@@ -239,9 +244,14 @@ impl fmt::Display for NotCounted {
     }
 }
 
-/// The first characters of a `run_id`, enough to tell incarnations apart.
-fn short(run_id: &str) -> &str {
-    run_id.get(..8).unwrap_or(run_id)
+/// The first characters of a `run_id`, enough to tell incarnations apart
+/// (of each, for a cluster's: its primaries' `run_id`s joined by commas).
+fn short(run_id: &str) -> String {
+    run_id
+        .split(',')
+        .map(|part| part.get(..8).unwrap_or(part))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 /// A Redis error as the node said it (`CODE detail`), or as the `redis` crate
 /// describes a client-side failure.

@@ -10,7 +10,7 @@ use redis::{Client, ConnectionAddr};
 
 use crate::error::BuildError;
 use crate::quorum::MAX_TTL;
-use crate::target::{SENTINEL_SCHEME, Sentinels, Target};
+use crate::target::{CLUSTER_SCHEME, ClusterSeeds, SENTINEL_SCHEME, Sentinels, Target};
 
 /// The longest retry delay, retry jitter, per-node or connect timeout accepted.
 const MAX_DELAY_OPTION: Duration = Duration::from_secs(3600);
@@ -41,12 +41,42 @@ pub(crate) struct Config {
     pub(crate) replica_acks: u32,
     /// Whether metrics carry a `resource` label.
     pub(crate) metrics_resource_label: bool,
+    /// Keys are laid out for Redis Cluster (some node is a cluster: see
+    /// `cluster.rs`).
+    pub(crate) slotted: bool,
 }
 
 impl Config {
-    /// The fencing counter's key with fencing on; `None` with it off.
-    pub(crate) fn counter_key(&self) -> Option<&Arc<[u8]>> {
-        self.fencing.then_some(&self.fencing_counter_key)
+    /// With fencing on, the key of the fencing counter of the lock whose
+    /// key is `key`: each node's one counter, or in the slotted layout the
+    /// counter of `key`'s hash tag (see `cluster.rs`); `None` with fencing
+    /// off.
+    pub(crate) fn counter_key(&self, key: &[u8]) -> Option<Arc<[u8]>> {
+        if !self.fencing {
+            return None;
+        }
+        if !self.slotted {
+            return Some(self.fencing_counter_key.clone());
+        }
+        let mut counter = crate::cluster::live_key_start(&self.key_prefix, key);
+        counter.extend_from_slice(crate::cluster::FENCE_INFIX.as_bytes());
+        Some(counter.into())
+    }
+
+    /// The resource name in `key`, a key this client made: what follows
+    /// the prefix (in the slotted layout, without the braces the name was
+    /// wrapped in, if it was).
+    pub(crate) fn resource_of<'a>(&self, key: &'a [u8]) -> &'a [u8] {
+        let name = key.get(self.key_prefix.len()..).unwrap_or(key);
+        if self.slotted
+            && let Some(inner) = name
+                .strip_prefix(b"{")
+                .and_then(|name| name.strip_suffix(b"}"))
+            && crate::cluster::slotted_key(&self.key_prefix, inner).is_ok_and(|made| made == key)
+        {
+            return inner;
+        }
+        name
     }
 
     /// How long a waiting writer's intent lives after the round that left it,
@@ -103,6 +133,7 @@ impl Default for Config {
             max_hold: RedlockBuilder::DEFAULT_MAX_HOLD,
             max_extensions: None,
             metrics_resource_label: false,
+            slotted: false,
             fencing: false,
             fencing_counter_key: RedlockBuilder::DEFAULT_FENCING_COUNTER_KEY
                 .as_bytes()
@@ -448,7 +479,7 @@ impl RedlockBuilder {
     /// Checks the options and opens the URLs: the clients and the
     /// [`Config`] to build the engine on.
     pub(crate) fn validate(self) -> Result<(Vec<Target>, Config), BuildError> {
-        let config = self.config;
+        let mut config = self.config;
         config.check()?;
         let targets = match self.nodes {
             Nodes::Clients(clients) => clients
@@ -462,6 +493,12 @@ impl RedlockBuilder {
         };
         if targets.is_empty() {
             return Err(BuildError::NoNodes);
+        }
+        config.slotted = targets
+            .iter()
+            .any(|target| matches!(target, Target::Cluster(_)));
+        if config.slotted {
+            config.check_slotted()?;
         }
         for target in &targets {
             if let Target::Fixed(client) = target
@@ -479,6 +516,24 @@ impl RedlockBuilder {
 }
 
 impl Config {
+    /// Refuses what the slotted layout cannot serve (see `cluster.rs`): a
+    /// key prefix that would take the resources' hash tags, and one fencing
+    /// counter for every resource.
+    fn check_slotted(&self) -> Result<(), BuildError> {
+        if let Some(problem) = crate::cluster::prefix_problem(&self.key_prefix) {
+            return Err(invalid_option("key_prefix", &problem));
+        }
+        if *self.fencing_counter_key != *RedlockBuilder::DEFAULT_FENCING_COUNTER_KEY.as_bytes() {
+            return Err(invalid_option(
+                "fencing_counter_key",
+                "with a Redis Cluster node, each hash tag has its own fencing counter \
+                 (<prefix>{<tag>}quorlock-fence): one counter for every resource would \
+                 live in one slot",
+            ));
+        }
+        Ok(())
+    }
+
     /// Refuses options out of range.
     fn check(&self) -> Result<(), BuildError> {
         if !(0.0..1.0).contains(&self.drift_factor) {
@@ -526,12 +581,15 @@ fn open_url(url: &str) -> Result<Target, BuildError> {
         url: redact_url(url),
         reason,
     };
-    if url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://") {
+    if url.starts_with("rediss+cluster://") {
         return Err(invalid(
-            "Redis Cluster nodes are not supported yet: give independent primaries (or \
-             Sentinel groups) as nodes"
-                .into(),
+            "TLS to Redis Cluster nodes is not supported yet: use redis+cluster://".into(),
         ));
+    }
+    if url.starts_with(CLUSTER_SCHEME) {
+        return ClusterSeeds::parse(url)
+            .map(|seeds| Target::Cluster(Arc::new(seeds)))
+            .map_err(invalid);
     }
     if url.starts_with("rediss+sentinel://") {
         return Err(invalid(

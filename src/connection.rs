@@ -61,7 +61,9 @@ use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisError};
 use tokio::sync::oneshot;
 
 use crate::answer::NodeErrorKind;
-use crate::target::Target;
+pub(crate) use crate::shards::Connection;
+use crate::shards::Shards;
+use crate::target::{ClusterSeeds, Target};
 
 /// How long a failed connection attempt answers calls with its error before
 /// the next attempt is made.
@@ -73,11 +75,11 @@ const RECONNECT_PAUSE_MAX: Duration = Duration::from_secs(2);
 /// Why no connection could be had.
 type Failure = NodeErrorKind;
 
-type Attempt = Shared<BoxFuture<'static, Result<MultiplexedConnection, Failure>>>;
+type Attempt = Shared<BoxFuture<'static, Result<Connection, Failure>>>;
 
 /// The check a new connection passes before any call uses it.
 pub(crate) type Check =
-    Arc<dyn Fn(MultiplexedConnection) -> BoxFuture<'static, Result<(), Failure>> + Send + Sync>;
+    Arc<dyn Fn(Connection) -> BoxFuture<'static, Result<(), Failure>> + Send + Sync>;
 
 /// Where a node's connection stands.
 enum State {
@@ -92,7 +94,7 @@ enum State {
     /// with it the connection's driver task) ends.
     Ready {
         id: u64,
-        connection: MultiplexedConnection,
+        connection: Connection,
         _alive: oneshot::Sender<()>,
     },
 }
@@ -147,7 +149,7 @@ pub(crate) struct Traffic {
 /// A connection handed to a call, with the attempt that made it, so that a
 /// call that finds it broken drops that one and not a newer one.
 pub(crate) struct Handle {
-    pub(crate) connection: MultiplexedConnection,
+    pub(crate) connection: Connection,
     id: u64,
 }
 
@@ -307,10 +309,18 @@ impl Link {
                 .set_connection_timeout(Some(timeout))
                 .set_response_timeout(None);
             let connect = async {
-                let client = target.resolve(timeout).await?;
-                let connection = connect(&client, &config, traffic, closed)
-                    .await
-                    .map_err(|err| connect_failure(err, timeout))?;
+                let connection = match &target {
+                    Target::Cluster(seeds) => {
+                        connect_cluster(seeds, &config, traffic, closed, timeout).await?
+                    }
+                    _ => {
+                        let client = target.resolve(timeout).await?;
+                        let connection = connect(&client, &config, traffic, closed)
+                            .await
+                            .map_err(|err| connect_failure(err, timeout))?;
+                        Connection::One(connection)
+                    }
+                };
                 check(connection.clone()).await?;
                 Ok(connection)
             };
@@ -349,12 +359,7 @@ impl Link {
     }
 
     /// Records how attempt `id` ended, unless a newer one replaced it.
-    fn settle(
-        &self,
-        id: u64,
-        outcome: Result<MultiplexedConnection, Failure>,
-        alive: oneshot::Sender<()>,
-    ) {
+    fn settle(&self, id: u64, outcome: Result<Connection, Failure>, alive: oneshot::Sender<()>) {
         let mut state = self.state();
         if !matches!(state.1, State::Connecting { id: current, .. } if current == id) {
             return;
@@ -411,11 +416,7 @@ struct Settle {
 }
 
 impl Settle {
-    fn record(
-        &mut self,
-        outcome: Result<MultiplexedConnection, Failure>,
-        alive: oneshot::Sender<()>,
-    ) {
+    fn record(&mut self, outcome: Result<Connection, Failure>, alive: oneshot::Sender<()>) {
         if let Some(link) = self.link.upgrade() {
             link.settle(self.id, outcome, alive);
         }
@@ -430,8 +431,9 @@ impl Drop for Settle {
     }
 }
 
-/// What runs when the connection of `link`'s attempt `id` closes.
-fn closed_by(link: Weak<Link>, id: u64) -> impl FnOnce() + Send + 'static {
+/// What runs when the connection of `link`'s attempt `id` closes (for a
+/// cluster: any primary's, or its topology turned out stale).
+fn closed_by(link: Weak<Link>, id: u64) -> impl Fn() + Clone + Send + Sync + 'static {
     move || {
         if let Some(link) = link.upgrade() {
             link.closed(id);
@@ -455,6 +457,44 @@ fn connect_failure(err: RedisError, timeout: Duration) -> Failure {
 /// whichever server the node leads to now, and checks it.
 pub(crate) fn is_broken(err: &RedisError) -> bool {
     err.is_unrecoverable_error() || err.code() == Some("READONLY")
+}
+
+/// A connection to every primary of the cluster that `seeds` lead to, as
+/// one reading of its topology names them, each made as [`connect`] makes
+/// one (all at once); `closed` runs when any of them closes, or when a
+/// redirection shows the topology stale.
+async fn connect_cluster(
+    seeds: &ClusterSeeds,
+    config: &AsyncConnectionConfig,
+    traffic: Arc<Traffic>,
+    closed: impl Fn() + Clone + Send + Sync + 'static,
+    timeout: Duration,
+) -> Result<Connection, Failure> {
+    let topology = seeds.topology(timeout).await?;
+    let unserved = topology.unserved();
+    if unserved > 0 {
+        tracing::warn!(
+            unserved,
+            "the cluster's topology leaves slots without a primary: locks there fail until \
+             they are served"
+        );
+    }
+    let connects = topology.primaries.iter().map(|(host, port)| {
+        let client = seeds.client(host.clone(), *port);
+        let (traffic, closed) = (traffic.clone(), closed.clone());
+        async move {
+            connect(&client?, config, traffic, closed)
+                .await
+                .map_err(|err| connect_failure(err, timeout))
+        }
+    });
+    let connections = futures::future::try_join_all(connects).await?;
+    let stale = Box::new(closed);
+    Ok(Connection::Cluster(Arc::new(Shards::new(
+        topology,
+        connections,
+        stale,
+    ))))
 }
 
 /// A multiplexed connection to `client`'s server, its driver task spawned

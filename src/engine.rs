@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 
 use crate::answer::Answer;
+use crate::cluster;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::meter;
@@ -21,7 +22,7 @@ use crate::quorum::{self, Ttl};
 use crate::request::{INTENT_SUFFIX, READ_SUFFIX, WRITE_SUFFIX};
 use crate::request::{LockId, Request, new_token};
 use crate::round::{NodeSet, Round, Until};
-use crate::session::{self, Session};
+use crate::session::{self, LiveKeys, Session};
 use crate::standing::{self, NotReady, RestartPolicy, Standings};
 use crate::status::LockStatus;
 use crate::target::Target;
@@ -129,12 +130,13 @@ impl Engine {
             );
         }
         let client_id = new_token();
-        let live_key = Session::live_key_of(&config.key_prefix, &client_id);
+        let live_keys = LiveKeys::new(config.key_prefix.clone(), client_id.clone(), config.slotted);
+        let waiter_marker = format!("{}{client_id}.", session::CLIENT_KEY_INFIX);
         let notifications = Arc::new(Notifications::new(
             clients.clone(),
             config.connect_timeout,
             client_id,
-            &live_key,
+            &waiter_marker,
         ));
         let nodes: Arc<[Node]> = clients
             .into_iter()
@@ -151,7 +153,7 @@ impl Engine {
             })
             .collect();
         standings.set_recorder(recorder(&nodes, standings.record_keys()));
-        let session = Session::new(live_key, nodes.clone(), notifications.clone());
+        let session = Session::new(live_keys, nodes.clone(), notifications.clone());
         Arc::new_cyclic(|engine| {
             notifications.set_orphaned(orphaned(engine.clone()));
             Engine {
@@ -179,7 +181,9 @@ impl Engine {
         Ok(checked)
     }
 
-    /// The Redis key for `resource`: prefix followed by the name.
+    /// The Redis key for `resource`: prefix followed by the name (in the
+    /// slotted layout, the name in braces unless it has a hash tag: see
+    /// `cluster.rs`).
     pub(crate) fn key(&self, resource: &[u8]) -> Result<Arc<[u8]>> {
         let invalid = |reason: String| Err(Error::InvalidResource { reason });
         if resource.is_empty() {
@@ -192,39 +196,68 @@ impl Engine {
             ));
         }
         let prefix = &self.config.key_prefix;
-        let key = concat(prefix, resource);
+        let key: Arc<[u8]> = if self.config.slotted {
+            match cluster::slotted_key(prefix, resource) {
+                Ok(key) => key.into(),
+                Err(reason) => return invalid(reason),
+            }
+        } else {
+            concat(prefix, resource)
+        };
+        match self.clash(&key) {
+            Some(reason) => invalid(reason.into()),
+            None => Ok(key),
+        }
+    }
+
+    /// Why `key` cannot be a lock's key, if it cannot: it is (or is named
+    /// like) a key of the client's own, a fencing counter, a record, a
+    /// read-write lock's key, a queue or a liveness key.
+    fn clash(&self, key: &[u8]) -> Option<&'static str> {
+        let (prefix, slotted) = (&self.config.key_prefix, self.config.slotted);
         if self
             .config
-            .counter_key()
-            .is_some_and(|counter| **counter == *key)
+            .counter_key(key)
+            .is_some_and(|counter| *counter == *key)
         {
-            return invalid("its key is the fencing counter's".into());
+            return Some("its key is the fencing counter's");
         }
-        if key[prefix.len()..].starts_with(standing::RECORD_SUFFIX.as_bytes()) {
-            return invalid("its key is the nodes' record's (see `Redlock::RECORD_SUFFIX`)".into());
+        // Where a client's liveness key (and, slotted, a fencing counter)
+        // would start: the prefix, and slotted the key's tag.
+        let start = if slotted {
+            cluster::live_key_start(prefix, key)
+        } else {
+            prefix.to_vec()
+        };
+        let after_start = key.strip_prefix(start.as_slice()).unwrap_or_default();
+        if slotted && after_start.starts_with(cluster::FENCE_INFIX.as_bytes()) {
+            return Some("its key is like a fencing counter's (`quorlock-fence` after the tag)");
+        }
+        if after_start.starts_with(session::CLIENT_KEY_INFIX.as_bytes()) {
+            return Some(
+                "its key is like a client's liveness key (`quorlock-client:` after the prefix)",
+            );
+        }
+        let name = &key[prefix.len()..];
+        let record = standing::RECORD_SUFFIX.as_bytes();
+        if name.starts_with(record)
+            || (slotted && name.get(1..).is_some_and(|name| name.starts_with(record)))
+        {
+            return Some("its key is the nodes' record's (see `Redlock::RECORD_SUFFIX`)");
         }
         if [WRITE_SUFFIX, READ_SUFFIX, INTENT_SUFFIX]
             .iter()
             .any(|suffix| key.ends_with(suffix.as_bytes()))
         {
-            return invalid(
+            return Some(
                 "its key ends like the keys of a read-write lock \
-                 (`:quorlock-write`, `:quorlock-read`, `:quorlock-intent`)"
-                    .into(),
+                 (`:quorlock-write`, `:quorlock-read`, `:quorlock-intent`)",
             );
         }
-        if queue::is_queue_key(&key) {
-            return invalid(
-                "its key ends like the key of a lock's queue (`:quorlock-queue`)".into(),
-            );
+        if queue::is_queue_key(key) {
+            return Some("its key ends like the key of a lock's queue (`:quorlock-queue`)");
         }
-        if key[prefix.len()..].starts_with(session::CLIENT_KEY_INFIX.as_bytes()) {
-            return invalid(
-                "its key is like a client's liveness key (`quorlock-client:` after the prefix)"
-                    .into(),
-            );
-        }
-        Ok(key)
+        None
     }
 
     /// Sends `request` to the nodes `to` names, each call bounded; the
@@ -403,7 +436,7 @@ fn standings(targets: &[Target], config: &Config) -> Arc<Standings> {
             strict: config.strict_restarts,
             drift_factor: config.drift_factor,
         },
-        &config.key_prefix,
+        standing::RecordKeys::new(&config.key_prefix, config.slotted),
         crate::scripts::for_client(config.fencing),
         config.node_timeout,
         config.connect_timeout,

@@ -35,8 +35,6 @@ use crate::tasks;
 pub struct LockGuard {
     engine: Arc<Engine>,
     lock: LockId,
-    /// The resource name's length: the end of the key.
-    resource_len: usize,
     /// The validity, shared with the keeper and the `lost` futures.
     lease: Arc<Lease>,
     /// Whether Drop still has to release the keys.
@@ -59,20 +57,17 @@ impl fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    /// The guard of `lock` (on a resource `resource_len` bytes long), won
-    /// with `lease`, with its fencing token. Armed: it releases the keys
-    /// when dropped without `unlock`.
+    /// The guard of `lock`, won with `lease`, with its fencing token.
+    /// Armed: it releases the keys when dropped without `unlock`.
     pub(crate) fn acquired(
         engine: Arc<Engine>,
         lock: LockId,
-        resource_len: usize,
         lease: Lease,
         fencing_token: Option<u64>,
     ) -> Self {
         LockGuard {
             engine,
             lock,
-            resource_len,
             lease: Arc::new(lease),
             armed: true,
             fencing_token,
@@ -86,16 +81,15 @@ impl LockGuard {
     /// The resource name this lock is on (of a lock on several resources,
     /// the first in byte order: see [`resources`](Self::resources)).
     pub fn resource(&self) -> &[u8] {
-        let prefix_len = self.lock.key.len() - self.resource_len;
-        &self.lock.key[prefix_len..]
+        self.engine.config.resource_of(&self.lock.key)
     }
 
     /// Every resource name this lock is on, in byte order, none twice: one
     /// for [`lock`](crate::Redlock::lock), each one named to
     /// [`lock_all`](crate::Redlock::lock_all).
     pub fn resources(&self) -> impl Iterator<Item = &[u8]> {
-        let prefix_len = self.lock.key.len() - self.resource_len;
-        self.lock.keys().map(move |key| &key[prefix_len..])
+        let config = &self.engine.config;
+        self.lock.keys().map(move |key| config.resource_of(key))
     }
 
     /// The Redis key that holds the lock on each node (prefix + resource; of

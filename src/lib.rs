@@ -302,6 +302,7 @@
 
 mod answer;
 mod changes;
+mod cluster;
 mod meter;
 mod quorum;
 mod tasks;
@@ -315,6 +316,7 @@ mod request;
 mod round;
 mod scripts;
 mod session;
+mod shards;
 mod standing;
 mod status;
 mod target;

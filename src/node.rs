@@ -18,11 +18,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use crate::answer::{Answer, NodeError, NodeErrorKind, NotCounted};
-use crate::connection::{self, Link};
+use crate::connection::{self, Connection, Link};
 use crate::queue::{self, Place};
 use crate::request::{LockId, Request, Shape};
 use crate::scripts;
@@ -511,7 +510,7 @@ impl Shared {
     /// grant whose counter the node had lost is seeded ([`seeded`]).
     async fn fallbacks(
         &self,
-        connection: &mut MultiplexedConnection,
+        connection: &mut Connection,
         call: &Call,
     ) -> Result<(Value, bool), RedisError> {
         let (lock, ttl_ms, counter_key) = match call {
@@ -541,7 +540,7 @@ impl Shared {
     /// before; its reply, and whether the legacy `SET NX` gave it.
     async fn acquire(
         &self,
-        connection: &mut MultiplexedConnection,
+        connection: &mut Connection,
         lock: &LockId,
         ttl_ms: u64,
         counter_key: Option<&[u8]>,
@@ -772,7 +771,7 @@ fn script(cmd: Cmd, script: &'static Script) -> Call {
 /// Runs `cmd`; when it runs `script` (by `EVALSHA`) and the node does not
 /// know it (`NOSCRIPT`), loads it and runs `cmd` again.
 async fn run(
-    connection: &mut MultiplexedConnection,
+    connection: &mut Connection,
     cmd: &Cmd,
     script: Option<&Script>,
 ) -> Result<Value, RedisError> {
@@ -792,7 +791,7 @@ async fn run(
 /// than Redis 7.0 refuse `NX` with `GET`, and for them the node uses `SET
 /// NX PX` from then on.
 async fn acquire(
-    connection: &mut MultiplexedConnection,
+    connection: &mut Connection,
     lock: &LockId,
     ttl_ms: u64,
     counter_key: Option<&[u8]>,
@@ -824,7 +823,7 @@ enum Sent {
 }
 
 impl Sent {
-    async fn query(&self, connection: &mut MultiplexedConnection) -> Result<Value, RedisError> {
+    async fn query(&self, connection: &mut Connection) -> Result<Value, RedisError> {
         match self {
             Sent::One(cmd) => cmd.query_async(connection).await,
             Sent::Pipelined(pipeline) => pipeline.query_async(connection).await,
@@ -839,7 +838,7 @@ impl Sent {
 /// there, and its counter replaces the small one; without our key (0) the
 /// reply reads as refused.
 async fn seeded(
-    connection: &mut MultiplexedConnection,
+    connection: &mut Connection,
     lock: &LockId,
     counter_key: &[u8],
     reply: Value,
@@ -880,7 +879,7 @@ async fn seeded(
 async fn check(
     standings: Arc<Standings>,
     index: usize,
-    connection: MultiplexedConnection,
+    connection: Connection,
     legacy_set: Arc<AtomicBool>,
 ) -> Result<(), NodeErrorKind> {
     let major = standings.check(index, connection).await?;

@@ -74,8 +74,9 @@ pub(crate) struct Notifications {
     connect_timeout: Duration,
     /// This client's id: its channel is named after it.
     id: Arc<str>,
-    /// The start of each of its waiter ids (its liveness key and a dot).
-    waiter_prefix: Arc<str>,
+    /// What each of its waiter ids has just before its number (the end of
+    /// a liveness key of the client, and a dot: see `session.rs`).
+    waiter_marker: Arc<str>,
     /// Set once, when the engine is made.
     orphaned: std::sync::OnceLock<Orphaned>,
     /// The number in the next waiter id.
@@ -103,20 +104,21 @@ pub(crate) struct Listening {
 }
 
 impl Notifications {
-    /// The notifications of a client with id `id` and liveness key
-    /// `live_key` (see `session.rs`) over the nodes of `clients`.
+    /// The notifications of a client with id `id`, each of whose waiter
+    /// ids has `waiter_marker` just before its number (see `session.rs`),
+    /// over the nodes of `clients`.
     pub(crate) fn new(
         targets: Vec<Target>,
         connect_timeout: Duration,
         id: Arc<str>,
-        live_key: &str,
+        waiter_marker: &str,
     ) -> Self {
         let tasks = targets.iter().map(|_| Mutex::default()).collect();
         Notifications {
             targets,
             connect_timeout,
             id,
-            waiter_prefix: format!("{live_key}.").into(),
+            waiter_marker: waiter_marker.into(),
             orphaned: std::sync::OnceLock::new(),
             next_waiter: AtomicU64::new(1),
             wanted: Arc::default(),
@@ -124,11 +126,12 @@ impl Notifications {
         }
     }
 
-    /// A new waiter id: the client's liveness key, a dot, a number of this
+    /// A new waiter id: the liveness key that keeps it (`live_key`, which
+    /// ends with the waiter marker less its dot), a dot, a number of this
     /// client's. Never a token (tokens have no dot).
-    pub(crate) fn new_waiter(&self) -> Arc<str> {
+    pub(crate) fn new_waiter(&self, live_key: &str) -> Arc<str> {
         let number = self.next_waiter.fetch_add(1, Ordering::Relaxed);
-        format!("{}{number}", self.waiter_prefix).into()
+        format!("{live_key}.{number}").into()
     }
 
     /// Sets what the client does with a handoff to a waiter that no longer
@@ -175,7 +178,7 @@ impl Notifications {
                     target: target.clone(),
                     connect_timeout: self.connect_timeout,
                     channel: format!("{WAKE_CHANNEL_PREFIX}{}", self.id),
-                    waiter_prefix: self.waiter_prefix.clone(),
+                    waiter_marker: self.waiter_marker.clone(),
                     orphaned: self.orphaned.get().cloned(),
                 },
                 self.wanted.clone(),
@@ -247,8 +250,8 @@ struct Subscription {
     connect_timeout: Duration,
     /// The client's channel.
     channel: String,
-    /// The start of the client's waiter ids.
-    waiter_prefix: Arc<str>,
+    /// What the client's waiter ids have just before their number.
+    waiter_marker: Arc<str>,
     /// What to do with a handoff to a waiter that no longer listens.
     orphaned: Option<Orphaned>,
 }
@@ -258,7 +261,7 @@ impl Subscription {
     /// as reserved by this node, or, for a waiter of this client that no
     /// longer listens, has it leave the queue there.
     fn deliver(&self, wanted: &Wanted, payload: &[u8]) {
-        let Some((waiter, key)) = split_handoff(payload, &self.waiter_prefix) else {
+        let Some((waiter, key)) = split_handoff(payload, &self.waiter_marker) else {
             return;
         };
         if let Some(reserved) = lock(wanted).get(waiter) {
@@ -273,14 +276,19 @@ impl Subscription {
 }
 
 /// The waiter id and the lock key of a handoff message, where the waiter is
-/// one of the client whose waiter ids start with `waiter_prefix`.
-fn split_handoff<'a>(payload: &'a [u8], waiter_prefix: &str) -> Option<(&'a str, &'a [u8])> {
-    let number = payload.strip_prefix(waiter_prefix.as_bytes())?;
+/// one of the client whose waiter ids have `waiter_marker` (its first
+/// occurrence in the message) just before their number.
+fn split_handoff<'a>(payload: &'a [u8], waiter_marker: &str) -> Option<(&'a str, &'a [u8])> {
+    let marker = waiter_marker.as_bytes();
+    let at = payload
+        .windows(marker.len())
+        .position(|window| window == marker)?;
+    let number = &payload[at + marker.len()..];
     let digits = number
         .iter()
         .take_while(|byte| byte.is_ascii_digit())
         .count();
-    let (waiter_len, rest) = (waiter_prefix.len() + digits, &number[digits..]);
+    let (waiter_len, rest) = (at + marker.len() + digits, &number[digits..]);
     let key = rest.strip_prefix(b" ")?;
     let waiter = std::str::from_utf8(&payload[..waiter_len]).ok()?;
     (digits > 0 && !key.is_empty()).then_some((waiter, key))
@@ -394,15 +402,20 @@ impl Gates {
 mod tests {
     use super::*;
 
-    const PREFIX: &str = "orders:quorlock-client:q0123.";
+    const MARKER: &str = "quorlock-client:q0123.";
 
     #[test]
     fn a_handoff_names_the_waiter_and_the_lock_key() {
-        let payload = format!("{PREFIX}42 orders:stock item 7");
-        let (waiter, key) = split_handoff(payload.as_bytes(), PREFIX).expect("ours");
+        let payload = "orders:quorlock-client:q0123.42 orders:stock item 7";
+        let (waiter, key) = split_handoff(payload.as_bytes(), MARKER).expect("ours");
         assert_eq!(waiter, "orders:quorlock-client:q0123.42");
         // The key is everything after the first space, spaces and all.
         assert_eq!(key, b"orders:stock item 7");
+        // Slotted, the liveness key carries the lock's hash tag, spaces and all.
+        let payload = "orders:{a b}quorlock-client:q0123.7 orders:{a b}";
+        let (waiter, key) = split_handoff(payload.as_bytes(), MARKER).expect("ours");
+        assert_eq!(waiter, "orders:{a b}quorlock-client:q0123.7");
+        assert_eq!(key, b"orders:{a b}");
     }
 
     /// A node's handoff message marks its node and that it told; every
@@ -413,8 +426,8 @@ mod tests {
     fn a_handoff_message_tells_and_a_guess_only_looks() {
         let live_key = "orders:quorlock-client:q0123";
         let notifications =
-            Notifications::new(Vec::new(), Duration::from_secs(1), "q0123".into(), live_key);
-        let waiter = notifications.new_waiter();
+            Notifications::new(Vec::new(), Duration::from_secs(1), "q0123".into(), MARKER);
+        let waiter = notifications.new_waiter(live_key);
         let mut listening = notifications.listen(&waiter);
         notifications.possibly_reserved(1);
         assert_eq!(listening.reserved(), 1);
@@ -426,7 +439,7 @@ mod tests {
             )),
             connect_timeout: Duration::from_secs(1),
             channel: String::new(),
-            waiter_prefix: notifications.waiter_prefix.clone(),
+            waiter_marker: notifications.waiter_marker.clone(),
             orphaned: None,
         };
         let message = format!("{waiter} orders:stock");
@@ -437,14 +450,18 @@ mod tests {
 
     #[test]
     fn a_handoff_to_another_client_or_malformed_is_not_ours() {
+        const PREFIX: &str = "orders:quorlock-client:q0123.";
         for payload in [
-            "orders:quorlock-client:q9999.42 orders:stock".as_bytes(),
-            format!("{PREFIX} orders:stock").as_bytes(),
-            format!("{PREFIX}42").as_bytes(),
-            format!("{PREFIX}42 ").as_bytes(),
-            format!("{PREFIX}42x orders:stock").as_bytes(),
+            "orders:quorlock-client:q9999.42 orders:stock".to_owned(),
+            format!("{PREFIX} orders:stock"),
+            format!("{PREFIX}42"),
+            format!("{PREFIX}42 "),
+            format!("{PREFIX}42x orders:stock"),
         ] {
-            assert!(split_handoff(payload, PREFIX).is_none(), "{payload:?}");
+            assert!(
+                split_handoff(payload.as_bytes(), MARKER).is_none(),
+                "{payload:?}"
+            );
         }
     }
 }

@@ -7,6 +7,11 @@
 //! `<key prefix>quorlock-client:<client id>`, and every waiter id starts
 //! with it (the liveness key, a dot, a number). An entry in a queue is live
 //! while its client's liveness key exists on that node (see `queue.rs`).
+//! In the slotted layout (a Redis Cluster node, see `cluster.rs`) a script
+//! may only touch keys of one slot, so the client has one liveness key per
+//! hash tag it waits on, `<key prefix>{<tag>}quorlock-client:<client id>`,
+//! beside the queues of that tag, and each is kept as below: the cost is
+//! then per client and tag waited on, still nothing per waiter.
 //! While any of the client's `lock` calls waits in a queue, one heartbeat
 //! loop per node keeps the key for [`WAITER_LIFETIME`], renewing it every
 //! [`REFRESH_INTERVAL`]; every queue round of the client renews it too. So a
@@ -78,11 +83,48 @@ pub(crate) const CHECK_BATCH: usize = 256;
 /// follows. A resource whose key would start so is refused.
 pub(crate) const CLIENT_KEY_INFIX: &str = "quorlock-client:";
 
-/// One client's session: its liveness key and the lock keys its waiters
+/// How a client's liveness keys are named (UTF-8: each starts the ids of
+/// the waiters it keeps): one, `<key prefix>quorlock-client:<client id>`;
+/// in the slotted layout one per hash tag waited on, the tag in braces
+/// after the prefix (see `cluster.rs`).
+#[derive(Debug, Clone)]
+pub(crate) struct LiveKeys {
+    prefix: Arc<[u8]>,
+    client_id: Arc<str>,
+    slotted: bool,
+}
+
+impl LiveKeys {
+    /// The liveness keys of the client `client_id` under `prefix`.
+    pub(crate) fn new(prefix: Arc<[u8]>, client_id: Arc<str>, slotted: bool) -> Self {
+        LiveKeys {
+            prefix,
+            client_id,
+            slotted,
+        }
+    }
+
+    /// The liveness key that keeps the client's waiters on the lock key
+    /// `key` (a prefix that is not UTF-8 is written lossily).
+    pub(crate) fn of(&self, key: &[u8]) -> Arc<str> {
+        let start = if self.slotted {
+            crate::cluster::live_key_start(&self.prefix, key)
+        } else {
+            self.prefix.to_vec()
+        };
+        format!(
+            "{}{CLIENT_KEY_INFIX}{}",
+            String::from_utf8_lossy(&start),
+            self.client_id
+        )
+        .into()
+    }
+}
+
+/// One client's session: its liveness keys and the lock keys its waiters
 /// wait on.
 pub(crate) struct Session {
-    /// The liveness key (UTF-8: it starts every waiter id).
-    live_key: Arc<str>,
+    live_keys: LiveKeys,
     nodes: Arc<[Node]>,
     notifications: Arc<Notifications>,
     watched: Mutex<Watched>,
@@ -91,7 +133,7 @@ pub(crate) struct Session {
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
-            .field("live_key", &self.live_key)
+            .field("live_keys", &self.live_keys)
             .finish()
     }
 }
@@ -104,11 +146,17 @@ struct Watched {
 
 /// One lock key waited on.
 struct Watch {
+    /// The liveness key that keeps its waiters.
+    live_key: Arc<str>,
     /// How many of the client's calls wait on it.
     waiters: usize,
     /// When each node's heartbeat checks it next.
     check_at: Vec<Instant>,
 }
+
+/// A liveness key in use, with the lock keys it keeps that are due for a
+/// check on one node.
+type Due = (Arc<str>, Vec<Arc<[u8]>>);
 
 /// A waiting call's interest in its lock key: dropped, the call no longer
 /// waits there.
@@ -118,15 +166,16 @@ pub(crate) struct Watching {
 }
 
 impl Session {
-    /// The session of the client whose liveness key is `live_key`, on `nodes`.
+    /// The session of the client whose liveness keys are `live_keys`, on
+    /// `nodes`.
     pub(crate) fn new(
-        live_key: Arc<str>,
+        live_keys: LiveKeys,
         nodes: Arc<[Node]>,
         notifications: Arc<Notifications>,
     ) -> Arc<Self> {
         let running = vec![false; nodes.len()];
         Arc::new(Session {
-            live_key,
+            live_keys,
             nodes,
             notifications,
             watched: Mutex::new(Watched {
@@ -136,10 +185,9 @@ impl Session {
         })
     }
 
-    /// The liveness key of the client whose key prefix is `prefix` and id
-    /// `id` (a prefix that is not UTF-8 is written lossily).
-    pub(crate) fn live_key_of(prefix: &[u8], id: &str) -> Arc<str> {
-        format!("{}{CLIENT_KEY_INFIX}{id}", String::from_utf8_lossy(prefix)).into()
+    /// The liveness key that keeps this client's waiters on `key`.
+    pub(crate) fn live_key(&self, key: &[u8]) -> Arc<str> {
+        self.live_keys.of(key)
     }
 
     /// A call starts waiting on `key`: the heartbeat runs (on every node)
@@ -149,6 +197,7 @@ impl Session {
         let first_check = Instant::now() + REFRESH_INTERVAL;
         let nodes = self.nodes.len();
         let watch = watched.keys.entry(key.clone()).or_insert_with(|| Watch {
+            live_key: self.live_keys.of(key),
             waiters: 0,
             check_at: vec![first_check; nodes],
         });
@@ -180,20 +229,24 @@ impl Session {
         }
     }
 
-    /// The keys node `index` checks now (due at `now`), or `None` when
+    /// Every liveness key in use, each with the keys it keeps that node
+    /// `index` checks now (due at `now`, maybe none), or `None` when
     /// nothing is waited on any more: the node's loop ends (and is marked
     /// so under the same lock that starts it).
-    fn due(&self, index: usize, now: Instant) -> Option<Vec<Arc<[u8]>>> {
+    fn due(&self, index: usize, now: Instant) -> Option<Vec<Due>> {
         let mut watched = tasks::lock(&self.watched);
         if watched.keys.is_empty() {
             watched.running[index] = false;
             return None;
         }
-        let due = watched
-            .keys
-            .iter()
-            .filter(|(_, watch)| watch.check_at[index] <= now);
-        Some(due.map(|(key, _)| key.clone()).collect())
+        let mut due: HashMap<Arc<str>, Vec<Arc<[u8]>>> = HashMap::new();
+        for (key, watch) in &watched.keys {
+            let keys = due.entry(watch.live_key.clone()).or_default();
+            if watch.check_at[index] <= now {
+                keys.push(key.clone());
+            }
+        }
+        Some(due.into_iter().collect())
     }
 
     /// Schedules node `index`'s next check of `keys`, which nothing needs
@@ -242,7 +295,6 @@ async fn beat(mut running: Running) {
     // The first tick is at once: the call that started the loop has just
     // made (or is making) a round, which keeps the key.
     ticks.tick().await;
-    let live_key = session.live_key.as_bytes();
     loop {
         ticks.tick().await;
         let Some(due) = session.due(index, Instant::now()) else {
@@ -251,21 +303,8 @@ async fn beat(mut running: Running) {
         };
         let node = &session.nodes[index];
         let mut lost = false;
-        // At least one call, which keeps the liveness key.
-        let chunks = due
-            .chunks(CHECK_BATCH)
-            .chain(due.is_empty().then_some(&due[..]));
-        for keys in chunks {
-            match node.heartbeat(live_key, lifetime_ms(), keys).await {
-                Ok((alive, waits)) => {
-                    lost |= !alive;
-                    session.schedule(index, keys, Some(&waits));
-                }
-                Err(err) => {
-                    tracing::trace!(node = node.name(), error = %err, "heartbeat failed");
-                    session.schedule(index, keys, None);
-                }
-            }
+        for (live_key, due) in &due {
+            lost |= heartbeats(&session, index, live_key, due).await;
         }
         if lost {
             tracing::debug!(
@@ -275,6 +314,31 @@ async fn beat(mut running: Running) {
             session.notifications.possibly_reserved(index);
         }
     }
+}
+
+/// The heartbeat calls that keep `live_key` on node `index` and check the
+/// keys `due` (at least one call, which keeps the liveness key, and at
+/// most [`CHECK_BATCH`] keys in each); whether the node had lost it.
+async fn heartbeats(session: &Session, index: usize, live_key: &str, due: &[Arc<[u8]>]) -> bool {
+    let node = &session.nodes[index];
+    let mut lost = false;
+    let chunks = due.chunks(CHECK_BATCH).chain(due.is_empty().then_some(due));
+    for keys in chunks {
+        match node
+            .heartbeat(live_key.as_bytes(), lifetime_ms(), keys)
+            .await
+        {
+            Ok((alive, waits)) => {
+                lost |= !alive;
+                session.schedule(index, keys, Some(&waits));
+            }
+            Err(err) => {
+                tracing::trace!(node = node.name(), error = %err, "heartbeat failed");
+                session.schedule(index, keys, None);
+            }
+        }
+    }
+    lost
 }
 
 /// A node's heartbeat loop while it runs, made before it is spawned:
@@ -310,7 +374,12 @@ mod tests {
 
     #[test]
     fn the_liveness_key_is_the_prefix_the_infix_and_the_id() {
-        let key = Session::live_key_of(b"orders:", "q0123");
-        assert_eq!(&*key, "orders:quorlock-client:q0123");
+        let plain = LiveKeys::new(b"orders:".as_slice().into(), "q0123".into(), false);
+        assert_eq!(&*plain.of(b"orders:a"), "orders:quorlock-client:q0123");
+        let slotted = LiveKeys::new(b"orders:".as_slice().into(), "q0123".into(), true);
+        assert_eq!(
+            &*slotted.of(b"orders:{a}"),
+            "orders:{a}quorlock-client:q0123"
+        );
     }
 }

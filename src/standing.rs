@@ -194,12 +194,12 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
 use redis::{RedisError, RedisResult, Value};
 use tokio::sync::Notify;
 
 use crate::answer::{NodeError, NodeErrorKind, NotCounted};
 use crate::changes::ServerChanges;
+use crate::connection::Connection;
 use crate::quorum;
 use crate::tasks;
 
@@ -225,9 +225,19 @@ pub(crate) struct RecordKeys {
 }
 
 impl RecordKeys {
-    fn new(key_prefix: &[u8]) -> Self {
+    /// The record keys under `key_prefix`; `slotted` (see `cluster.rs`),
+    /// with the suffix in braces unless the prefix has a hash tag, so that
+    /// both keys live in one slot.
+    pub(crate) fn new(key_prefix: &[u8], slotted: bool) -> Self {
         let mut run_ids = key_prefix.to_vec();
+        let tagged = slotted && crate::cluster::hash_tag(key_prefix).is_none();
+        if tagged {
+            run_ids.push(b'{');
+        }
         run_ids.extend_from_slice(RECORD_SUFFIX.as_bytes());
+        if tagged {
+            run_ids.push(b'}');
+        }
         let mut incarnations = run_ids.clone();
         incarnations.extend_from_slice(INCARNATIONS_TAIL.as_bytes());
         RecordKeys {
@@ -291,6 +301,9 @@ pub(crate) struct Identity {
     /// The check commands the node refused, each with its reply (`ROLE: ERR
     /// unknown command…`, a renamed command; `NOPERM …`, an ACL user).
     pub(crate) refused: Vec<String>,
+    /// A server of a Redis Cluster named as a server of its own (`INFO
+    /// cluster`): it would answer `MOVED` for most keys.
+    pub(crate) cluster_enabled: bool,
 }
 
 impl Identity {
@@ -450,7 +463,7 @@ impl Standings {
         names: Vec<Arc<str>>,
         follows_failovers: Vec<bool>,
         policy: RestartPolicy,
-        key_prefix: &[u8],
+        record_keys: RecordKeys,
         scripts: &'static [&'static str],
         node_timeout: Duration,
         connect_timeout: Duration,
@@ -473,7 +486,7 @@ impl Standings {
             misconfigured: OnceLock::new(),
             policy,
             longest_ttl_ms: AtomicU64::new(0),
-            record_keys: RecordKeys::new(key_prefix),
+            record_keys,
             scripts,
             node_timeout,
             connect_timeout,
@@ -623,10 +636,10 @@ impl Standings {
     pub(crate) async fn check(
         &self,
         index: usize,
-        mut connection: MultiplexedConnection,
+        mut connection: Connection,
     ) -> Result<Option<u32>, NodeErrorKind> {
         let started = Instant::now();
-        let identity = self.read(index, &mut connection).await?;
+        let identity = self.read(index, &connection).await?;
         self.primary_or_failing_over(index, &identity)?;
         let read_at = Instant::now();
         let name = &self.names[index];
@@ -704,11 +717,7 @@ impl Standings {
 
     /// Reads node `index`'s identity on `connection`, warning of each check
     /// command it refused; a failure to get any answer is recorded.
-    async fn read(
-        &self,
-        index: usize,
-        connection: &mut MultiplexedConnection,
-    ) -> Result<Identity, NodeErrorKind> {
+    async fn read(&self, index: usize, connection: &Connection) -> Result<Identity, NodeErrorKind> {
         // What this client knows to count goes onto every node it checks.
         let counting = self.counting_incarnations();
         let identity = read_identity(connection, &self.record_keys, &counting, self.scripts)
@@ -783,7 +792,7 @@ impl Standings {
 
     /// Node `index` is recovering from a restart or failover: a task of its connection
     /// lets it count again once the grace has passed (see [`end_recovery`]).
-    fn recovering(&self, index: usize, connection: MultiplexedConnection, recovery: Recovery) {
+    fn recovering(&self, index: usize, connection: Connection, recovery: Recovery) {
         let generation = self.settle(index, Some(recovery.clone()), None, RECOVERING);
         let grace_left =
             (recovery.came_back + self.grace()).saturating_duration_since(Instant::now());
@@ -1222,7 +1231,7 @@ async fn end_recovery(
     weak: Weak<Standings>,
     index: usize,
     generation: u64,
-    mut connection: MultiplexedConnection,
+    mut connection: Connection,
     recovery: Recovery,
 ) {
     loop {
@@ -1307,7 +1316,7 @@ async fn record_everywhere(
 /// connection. A node that refuses it (an ACL) is left without it, with a
 /// warning: it still counts.
 async fn record_incarnation(
-    connection: &mut MultiplexedConnection,
+    connection: &mut Connection,
     keys: &RecordKeys,
     incarnation: &str,
     name: &str,
@@ -1337,7 +1346,31 @@ async fn record_incarnation(
 /// `NOSCRIPT` fallback later); only a failure to get any answer is an
 /// error.
 async fn read_identity(
-    connection: &mut MultiplexedConnection,
+    connection: &Connection,
+    record_keys: &RecordKeys,
+    counting: &[String],
+    scripts: &'static [&'static str],
+) -> Result<Identity, RedisError> {
+    let reads = connection
+        .servers()
+        .into_iter()
+        .map(|(address, mut server)| async move {
+            let identity = read_server(&mut server, record_keys, counting, scripts).await?;
+            Ok::<_, RedisError>((address, identity))
+        });
+    let mut identities = futures::future::try_join_all(reads).await?;
+    match identities.as_slice() {
+        [(None, _)] => Ok(identities
+            .pop()
+            .map(|(_, identity)| identity)
+            .unwrap_or_default()),
+        _ => Ok(combine(identities)),
+    }
+}
+
+/// One server's identity, read with the check's round trip.
+async fn read_server(
+    connection: &mut redis::aio::MultiplexedConnection,
     record_keys: &RecordKeys,
     counting: &[String],
     scripts: &'static [&'static str],
@@ -1357,6 +1390,10 @@ async fn read_identity(
         Some(Ok(info)) => read_replication(&mut identity, info),
         Some(Err(err)) => refusal(&mut identity.refused, "INFO replication", &err),
         None => {}
+    }
+    if let Some(Ok(info)) = answers.next() {
+        let info = redis::from_redis_value::<String>(info).unwrap_or_default();
+        identity.cluster_enabled = info_field(&info, "cluster_enabled:").as_deref() == Some("1");
     }
     match answers.next() {
         Some(Ok(Value::Array(role))) => {
@@ -1383,7 +1420,8 @@ async fn read_identity(
     Ok(identity)
 }
 
-/// The check's round trip: `INFO server`, `INFO replication`, `ROLE`,
+/// The check's round trip: `INFO server`, `INFO replication`, `INFO
+/// cluster`, `ROLE`,
 /// `CONFIG GET` of the persistence settings, `SMEMBERS` of both records,
 /// then the records of the incarnations this client knows to count
 /// (`counting`), and the `SCRIPT LOAD` of `scripts`.
@@ -1398,6 +1436,8 @@ fn check_pipeline(
         .arg("server")
         .cmd("INFO")
         .arg("replication")
+        .cmd("INFO")
+        .arg("cluster")
         .cmd("ROLE")
         .cmd("CONFIG")
         .arg("GET")
@@ -1484,6 +1524,62 @@ fn config_value(answer: Option<RedisResult<Value>>) -> Option<String> {
     }
 }
 
+/// The identity of a Redis Cluster node, from each primary's (with its
+/// address), as one server's: one incarnation made of every primary's
+/// (sorted by `run_id`, so that a resharding that keeps the servers keeps
+/// it), so that a change of any primary is a change of the node; promoted
+/// if any is; durable if all are; the shortest uptime; a role other than
+/// `master` if any primary answers so; every record's entries (each
+/// record lives on the primary of its slot).
+fn combine(mut servers: Vec<(Option<String>, Identity)>) -> Identity {
+    servers.sort_by(|(_, a), (_, b)| a.run_id.cmp(&b.run_id));
+    let all = |field: fn(&Identity) -> Option<&String>| -> Option<String> {
+        let parts: Option<Vec<&String>> = servers
+            .iter()
+            .map(|(_, identity)| field(identity))
+            .collect();
+        parts.map(|parts| {
+            parts
+                .iter()
+                .map(|part| part.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+    };
+    let identities = || servers.iter().map(|(_, identity)| identity);
+    let mut record: Vec<String> = identities()
+        .flat_map(|identity| identity.record.clone())
+        .collect();
+    record.sort();
+    record.dedup();
+    Identity {
+        run_id: all(|identity| identity.run_id.as_ref()),
+        replid: all(|identity| identity.replid.as_ref()),
+        role: identities()
+            .filter_map(|identity| identity.role.clone())
+            .find(|role| role != "master")
+            .or_else(|| identities().find_map(|identity| identity.role.clone())),
+        uptime: identities().filter_map(|identity| identity.uptime).min(),
+        promoted: identities().any(|identity| identity.promoted),
+        major_version: identities()
+            .filter_map(|identity| identity.major_version)
+            .min(),
+        durable: identities().all(|identity| identity.durable),
+        record,
+        refused: servers
+            .iter()
+            .flat_map(|(address, identity)| {
+                let address = address.as_deref().unwrap_or_default();
+                identity
+                    .refused
+                    .iter()
+                    .map(move |refusal| format!("{address}: {refusal}"))
+            })
+            .collect(),
+        cluster_enabled: false,
+    }
+}
+
 /// Notes a check command the node refused, with its reply.
 fn refusal(refused: &mut Vec<String>, command: &str, err: &RedisError) {
     let reply = match (err.code(), err.detail()) {
@@ -1501,6 +1597,13 @@ fn misconfiguration(names: &[Arc<str>], identities: &[Option<Identity>]) -> Opti
         .filter_map(|(index, identity)| identity.as_ref().map(|identity| (index, identity)))
         .collect();
     for &(index, identity) in &known {
+        if identity.cluster_enabled {
+            return Some(format!(
+                "node {} is a server of a Redis Cluster: name the cluster as one node, \
+                 redis+cluster://{}",
+                names[index], names[index]
+            ));
+        }
         if let Some(role) = identity.role.as_deref().filter(|role| *role != "master") {
             return Some(format!(
                 "node {} is a {role} (ROLE), not an independent master",
@@ -1763,5 +1866,59 @@ mod tests {
             vanished(["r0", "r1", "r2"].into_iter(), &current),
             Some("r1")
         );
+    }
+
+    /// A cluster is judged as one server made of its primaries: any
+    /// primary's change (a restart, a promotion) changes its incarnation;
+    /// the order the topology lists them in does not.
+    #[test]
+    fn a_cluster_is_one_incarnation_of_all_its_primaries() {
+        let primary = |run_id: &str, up: u64| Identity {
+            run_id: Some(run_id.into()),
+            replid: Some(format!("x{run_id}")),
+            uptime: Some(Duration::from_secs(up)),
+            role: Some("master".into()),
+            durable: true,
+            record: vec![format!("seen-by-{run_id}")],
+            ..Identity::default()
+        };
+        let at = |address: &str, identity: Identity| (Some(address.to_owned()), identity);
+        let both = combine(vec![
+            at("h:1", primary("b", 50)),
+            at("h:2", primary("a", 90)),
+        ]);
+        assert_eq!(both.incarnation().as_deref(), Some("a,b/xa,xb"));
+        assert_eq!(both.uptime, Some(Duration::from_secs(50)));
+        assert!(both.durable && !both.promoted && !both.cluster_enabled);
+        assert_eq!(both.record, ["seen-by-a", "seen-by-b"]);
+        let reordered = combine(vec![
+            at("h:2", primary("a", 90)),
+            at("h:1", primary("b", 50)),
+        ]);
+        assert_eq!(reordered.incarnation(), both.incarnation());
+        let failed_over = combine(vec![
+            at("h:2", primary("a", 90)),
+            at(
+                "h:3",
+                Identity {
+                    promoted: true,
+                    durable: false,
+                    ..primary("c", 500)
+                },
+            ),
+        ]);
+        assert_ne!(failed_over.incarnation(), both.incarnation());
+        assert!(failed_over.promoted && !failed_over.durable);
+        let demoted = combine(vec![
+            at("h:2", primary("a", 90)),
+            at(
+                "h:1",
+                Identity {
+                    role: Some("slave".into()),
+                    ..primary("b", 50)
+                },
+            ),
+        ]);
+        assert_eq!(demoted.role.as_deref(), Some("slave"));
     }
 }

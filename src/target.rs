@@ -32,6 +32,7 @@ use futures::{FutureExt, StreamExt};
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
 use crate::answer::NodeErrorKind;
+use crate::cluster::Topology;
 
 /// The URL scheme of a Sentinel-managed node.
 pub(crate) const SENTINEL_SCHEME: &str = "redis+sentinel://";
@@ -199,6 +200,20 @@ pub(crate) enum Target {
     Fixed(Box<Client>),
     /// The primary that Sentinels name.
     Sentinel(Arc<Sentinels>),
+    /// A Redis Cluster, reached through its seed nodes.
+    Cluster(Arc<ClusterSeeds>),
+}
+
+/// A Redis Cluster as one node: the cluster nodes named in its URL (any of
+/// them, primary or replica, tells the topology) and how to connect to
+/// each primary once one of them named it.
+#[derive(Debug)]
+pub(crate) struct ClusterSeeds {
+    /// One client per node named, with the data nodes' credentials.
+    seeds: Vec<Client>,
+    /// The credentials; the address is set per primary.
+    data: ConnectionInfo,
+    name: Arc<str>,
 }
 
 /// A Sentinel-managed primary: its Sentinels and master name, and how to
@@ -221,13 +236,15 @@ impl Target {
         match self {
             Target::Fixed(client) => client.get_connection_info().addr().to_string().into(),
             Target::Sentinel(sentinels) => sentinels.name.clone(),
+            Target::Cluster(seeds) => seeds.name.clone(),
         }
     }
 
-    /// Whether the server behind the node moves in failovers (a Sentinel
-    /// node): one that answers as a replica is passed over, not refused.
+    /// Whether the servers behind the node move in failovers (a Sentinel
+    /// node, a cluster): one that answers as a replica is passed over, not
+    /// refused.
     pub(crate) fn follows_failovers(&self) -> bool {
-        matches!(self, Target::Sentinel(_))
+        matches!(self, Target::Sentinel(_) | Target::Cluster(_))
     }
 
     /// The client to connect with now: a fixed node's own; a Sentinel
@@ -239,7 +256,109 @@ impl Target {
         match self {
             Target::Fixed(client) => Ok((**client).clone()),
             Target::Sentinel(sentinels) => sentinels.primary(timeout).await,
+            Target::Cluster(seeds) => {
+                let topology = seeds.topology(timeout).await?;
+                let (host, port) = topology.primaries.first().cloned().unwrap_or_default();
+                seeds.client(host, port)
+            }
         }
+    }
+}
+
+/// The URL scheme of a Redis Cluster node.
+pub(crate) const CLUSTER_SCHEME: &str = "redis+cluster://";
+
+impl ClusterSeeds {
+    /// Parses a `redis+cluster://[user:password@]host:port[,host:port…][/]`
+    /// URL: the nodes that tell the topology, and the data nodes'
+    /// credentials (the same on every primary).
+    pub(crate) fn parse(url: &str) -> Result<Self, String> {
+        let rest = url
+            .strip_prefix(CLUSTER_SCHEME)
+            .ok_or_else(|| format!("a Redis Cluster URL starts with {CLUSTER_SCHEME}"))?;
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        if !(path.is_empty() || path == "0") {
+            return Err(format!(
+                "a Redis Cluster has database 0 only, and its URL no path (got /{path})"
+            ));
+        }
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
+            None => (String::new(), authority),
+        };
+        let seeds = hosts
+            .split(',')
+            .map(|host| {
+                if host.is_empty() {
+                    return Err("an empty cluster node address".to_owned());
+                }
+                Client::open(format!("redis://{userinfo}{host}"))
+                    .map_err(|err| format!("cluster node address {host:?}: {err}"))
+            })
+            .collect::<Result<Vec<Client>, String>>()?;
+        let data = format!("redis://{userinfo}127.0.0.1:1")
+            .into_connection_info()
+            .map_err(|err| format!("the cluster's credentials: {err}"))?;
+        let first = hosts.split(',').next().unwrap_or_default();
+        Ok(ClusterSeeds {
+            seeds,
+            data,
+            name: format!("cluster@{first}").into(),
+        })
+    }
+
+    /// The client of the primary at `host:port`, with the URL's credentials.
+    pub(crate) fn client(&self, host: String, port: u16) -> Result<Client, NodeErrorKind> {
+        let info = self.data.clone().set_addr(ConnectionAddr::Tcp(host, port));
+        Client::open(info).map_err(|err| NodeErrorKind::Redis(Arc::new(err)))
+    }
+
+    /// The topology as the first seed to answer `CLUSTER SLOTS` tells it
+    /// (all asked at once, each within `timeout`). Fails, saying what each
+    /// seed answered, when none does.
+    ///
+    /// Cancel safe: it only reads.
+    pub(crate) async fn topology(&self, timeout: Duration) -> Result<Topology, NodeErrorKind> {
+        let asks = self.seeds.iter().map(|seed| {
+            let seed = seed.clone();
+            async move {
+                let (addr, host) = match seed.get_connection_info().addr() {
+                    ConnectionAddr::Tcp(host, port) => (format!("{host}:{port}"), host.clone()),
+                    other => (other.to_string(), String::new()),
+                };
+                let asked = tokio::time::timeout(timeout, async {
+                    let mut connection = seed
+                        .get_multiplexed_async_connection()
+                        .await
+                        .map_err(|err| err.to_string())?;
+                    let reply: Value = redis::cmd("CLUSTER")
+                        .arg("SLOTS")
+                        .query_async(&mut connection)
+                        .await
+                        .map_err(|err| err.to_string())?;
+                    Topology::parse(&reply, &host)
+                })
+                .await;
+                match asked {
+                    Ok(Ok(topology)) => Ok(topology),
+                    Ok(Err(why)) => Err(format!("{addr}: {why}")),
+                    Err(_) => Err(format!("{addr}: no answer within {timeout:?}")),
+                }
+            }
+            .boxed()
+        });
+        let mut asks: futures::stream::FuturesUnordered<_> = asks.collect();
+        let mut answers = Vec::new();
+        while let Some(answer) = asks.next().await {
+            match answer {
+                Ok(topology) => return Ok(topology),
+                Err(why) => answers.push(why),
+            }
+        }
+        Err(NodeErrorKind::Cluster(format!(
+            "no cluster node told the topology ({})",
+            answers.join("; ")
+        )))
     }
 }
 

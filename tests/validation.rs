@@ -31,7 +31,9 @@ fn bad_urls_are_refused_with_the_password_masked() {
         "redis+sentinel://:hunter2@127.0.0.1:26379",
         "redis+sentinel://:hunter2@127.0.0.1:26379/m?password=x",
         "rediss+sentinel://:hunter2@127.0.0.1:26379/m",
-        "redis+cluster://:hunter2@127.0.0.1:7000",
+        "redis+cluster://:hunter2@127.0.0.1:7000/3",
+        "redis+cluster://:hunter2@127.0.0.1:7000,,127.0.0.1:7001",
+        "rediss+cluster://:hunter2@127.0.0.1:7000",
     ] {
         let err = Redlock::new([URL, url]).unwrap_err();
         assert!(
@@ -45,12 +47,32 @@ fn bad_urls_are_refused_with_the_password_masked() {
     }
 }
 
-/// A Redis Cluster URL is refused saying that clusters are not supported
-/// yet; a Sentinel URL without a master name says what is missing.
+/// A Redis Cluster URL with a database says a cluster has only 0; what the
+/// slotted key layout cannot serve is refused (a key prefix with a `{`
+/// that opens no hash tag, one fencing counter for every resource); a
+/// Sentinel URL without a master name says what is missing.
 #[test]
 fn cluster_and_incomplete_sentinel_urls_say_why() {
-    let err = Redlock::new(["redis+cluster://127.0.0.1:7000"]).unwrap_err();
-    assert!(err.to_string().contains("Redis Cluster"), "{err}");
+    let err = Redlock::new(["redis+cluster://127.0.0.1:7000/2"]).unwrap_err();
+    assert!(err.to_string().contains("database 0 only"), "{err}");
+    let cluster = "redis+cluster://127.0.0.1:7000,127.0.0.1:7001";
+    assert!(Redlock::new([cluster]).is_ok());
+    let err = Redlock::builder([cluster])
+        .key_prefix("app{")
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("hash tag"), "{err}");
+    assert!(
+        Redlock::builder([cluster])
+            .key_prefix("{app}:")
+            .build()
+            .is_ok()
+    );
+    let err = Redlock::builder([cluster])
+        .fencing_counter_key("my-counter")
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("fencing counter"), "{err}");
     let err = Redlock::new(["redis+sentinel://127.0.0.1:26379"]).unwrap_err();
     assert!(err.to_string().contains("master name"), "{err}");
     let ok = Redlock::new(["redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster"]);

@@ -15,6 +15,8 @@ mod replication;
 
 pub mod sentinel;
 
+pub mod cluster;
+
 mod logs;
 #[allow(unused_imports)]
 pub use logs::capture_logs;

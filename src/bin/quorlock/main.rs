@@ -90,7 +90,7 @@ enum Commands {
 
 #[derive(Args, Debug)]
 struct NodeArgs {
-    /// A Redis node URL (redis://, rediss://, unix://, or redis+sentinel://h1,h2,h3/master); repeat
+    /// A Redis node URL (redis://, rediss://, unix://, redis+sentinel://h1,h2,h3/master, or redis+cluster://h1,h2,h3); repeat
     /// for each independent node. Default: $QUORLOCK_NODES, comma-separated.
     #[arg(
         long = "node",
@@ -217,8 +217,9 @@ fn main() -> ExitCode {
 }
 
 /// The node URLs from pieces split at commas: a piece without a scheme
-/// (`host:port`) continues the URL before it, so a Sentinel URL's host list
-/// (`redis+sentinel://h1,h2,h3/master`) stays one URL.
+/// (`host:port`) continues the URL before it, so a Sentinel or cluster
+/// URL's host list (`redis+sentinel://h1,h2,h3/master`,
+/// `redis+cluster://h1,h2,h3`) stays one URL.
 fn join_urls(pieces: &[String]) -> Vec<String> {
     let mut urls: Vec<String> = Vec::new();
     for piece in pieces {

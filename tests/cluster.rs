@@ -1,0 +1,175 @@
+//! A Redis Cluster as a node, named by a `redis+cluster://` URL: every key
+//! of a lock lives in its resource's slot, so that 1,000 resources spread
+//! over every primary lock and unlock; fencing tokens increase; a set of
+//! resources in one slot (one hash tag) locks, one across slots is refused
+//! with a typed error; read-write locks work; a server of a cluster named
+//! as a plain node is refused as a misconfiguration. A failover inside the
+//! cluster that lost the holder's key (its replica's link was cut before
+//! the lock) gives no second holder, for a client that knew the cluster and
+//! for a fresh one, tells the holder at once, and locks work again through
+//! the same URL once the grace has passed.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use quorlock::{Error, LostReason, Redlock, RedlockBuilder};
+use support::cluster::{self, Cluster};
+
+const PASSWORD: &str = "s3cret";
+/// The restart grace and the holder's TTL: long enough that the failover
+/// (about 2 to 5 s) ends while the holder is valid.
+const GRACE: Duration = Duration::from_secs(15);
+
+fn builder(url: &str) -> RedlockBuilder {
+    Redlock::builder([url])
+        .node_timeout(Duration::from_millis(500))
+        .acquire_timeout(Duration::from_secs(5))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_resources_over_every_slot_lock_and_unlock() {
+    let cluster = Cluster::start(3, 0);
+    let redlock = builder(&cluster.url()).fencing(true).build().unwrap();
+    let ttl = Duration::from_secs(10);
+    let mut primaries = BTreeSet::new();
+    let mut slots = BTreeSet::new();
+    for n in 0..1000 {
+        let resource = format!("cluster:resource:{n}");
+        let key = redlock.key(&resource).unwrap();
+        primaries.insert(cluster.primary_of(&key));
+        slots.insert(cluster.slot(&key));
+        let first = redlock.lock(&resource, ttl).await.unwrap();
+        let first_token = first.fencing_token().expect("fencing on");
+        // Held where the cluster keeps its slot: another try is refused.
+        let held = redlock.try_lock(&resource, ttl).await;
+        assert!(
+            matches!(held, Err(Error::Contended { .. })),
+            "{resource}: {held:?}"
+        );
+        first.unlock().await.unwrap();
+        let second = redlock.lock(&resource, ttl).await.unwrap();
+        assert!(second.fencing_token().expect("fencing on") > first_token);
+        second.unlock().await.unwrap();
+    }
+    assert_eq!(primaries.len(), 3, "the resources reached every primary");
+    assert!(slots.len() > 900, "{} slots", slots.len());
+    for primary in &cluster.primaries {
+        let keys: i64 = redis::cmd("DBSIZE")
+            .query(&mut primary.connection())
+            .unwrap();
+        assert!(keys > 0, "each primary holds counters");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sets_lock_in_one_slot_and_are_refused_across_slots() {
+    let cluster = Cluster::start(3, 0);
+    let redlock = builder(&cluster.url()).build().unwrap();
+    let ttl = Duration::from_secs(10);
+    let tagged = ["{order:42}:items", "{order:42}:payment"];
+    let guard = redlock.lock_all(&tagged, ttl).await.unwrap();
+    let member = redlock.try_lock(tagged[1], ttl).await;
+    assert!(matches!(member, Err(Error::Contended { .. })), "{member:?}");
+    guard.unlock().await.unwrap();
+    let across = redlock.lock_all(&["cluster:a", "cluster:b"], ttl).await;
+    match across {
+        Err(Error::InvalidResource { reason }) => {
+            assert!(reason.contains("hash tag"), "{reason}");
+        }
+        other => panic!("a set across slots: {other:?}"),
+    }
+    let reader = redlock.read("cluster:rw", ttl).await.unwrap();
+    let writer = redlock.try_write("cluster:rw", ttl).await;
+    assert!(writer.is_err(), "a writer beside a reader: {writer:?}");
+    reader.unlock().await.unwrap();
+    let writer = redlock.write("cluster:rw", ttl).await.unwrap();
+    writer.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_server_named_as_a_plain_node_is_refused() {
+    let cluster = Cluster::start(1, 0);
+    let redlock = builder(&cluster.primaries[0].url()).build().unwrap();
+    match redlock.lock("cluster:plain", Duration::from_secs(1)).await {
+        Err(Error::Misconfigured { reason }) => {
+            assert!(reason.contains("redis+cluster://"), "{reason}");
+        }
+        other => panic!("a cluster server as a plain node: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lossy_failover_inside_the_cluster_gives_no_second_holder() {
+    let mut cluster = Cluster::start_with(3, 1, &["--requirepass", PASSWORD]);
+    let url = cluster.url();
+    let build = || {
+        builder(&url)
+            .restart_grace(GRACE)
+            .acquire_timeout(Duration::from_millis(1500))
+            .build()
+            .unwrap()
+    };
+    let a_client = build();
+    let resource = "cluster:failover";
+    let key = a_client.key(resource).unwrap();
+    let shard = cluster.primary_of(&key);
+    support::lock_once(&a_client, resource, Duration::from_secs(1)).await;
+    let b_client = build();
+    support::lock_once(&b_client, "cluster:first-contact", Duration::from_secs(1)).await;
+
+    cluster.replicas[shard][0].cut_link_from(&cluster.primaries[shard]);
+    let a = a_client.try_lock(resource, GRACE).await.unwrap();
+    let a_until = a.valid_until();
+    let replica = &cluster.replicas[shard][0];
+    assert!(cluster::get(&cluster.primaries[shard], &key).is_some());
+    assert!(
+        cluster::get(replica, &key).is_none(),
+        "the key reached the replica"
+    );
+    let lost = a.lost();
+    cluster.primaries[shard].kill();
+    cluster.wait_promoted(&cluster.replicas[shard][0]);
+    println!("failed over after {:?}", a.acquired_at().elapsed());
+
+    let lost = tokio::time::timeout(GRACE, lost).await.expect("A told");
+    println!("holder told: {lost}");
+    assert!(
+        matches!(lost.lost_reason(), Some(LostReason::ServerChanged { .. })),
+        "{lost}"
+    );
+    assert!(Instant::now() < a_until, "told only at its expiry");
+    for (who, client) in [("knew the cluster", &b_client), ("fresh", &build())] {
+        let err = client
+            .lock(resource, GRACE)
+            .await
+            .expect_err("a second holder");
+        println!("{who}, refused: {err}");
+        assert_eq!(support::recovering_nodes(&err).len(), 1, "{who}: {err}");
+    }
+    assert!(
+        Instant::now() < a_until,
+        "the refusals came too late to mean anything"
+    );
+
+    // Through the same URL, without a rebuild, once the grace has passed.
+    let deadline = Instant::now() + GRACE + Duration::from_secs(20);
+    loop {
+        match b_client.try_lock(resource, Duration::from_secs(2)).await {
+            Ok(guard) => {
+                let promoted = &cluster.replicas[shard][0];
+                assert!(
+                    cluster::get(promoted, &key).is_some(),
+                    "locked on the new primary"
+                );
+                guard.unlock().await.unwrap();
+                break;
+            }
+            Err(err) => {
+                assert!(Instant::now() < deadline, "never counted again: {err}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+}
