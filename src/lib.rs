@@ -43,9 +43,13 @@
 //!    soon as its outcome is known; stragglers finish in the background.
 //! 8. `node.rs`: one node's calls, each bounded by the per-node timeout, and
 //!    the probe of a node that timed out; `target.rs`: where a node is (an
-//!    address, or a Sentinel-managed primary resolved at each connection,
-//!    [`SentinelNode`]); `connection.rs`: its connection (the connect
-//!    timeout, reconnects); `standing.rs`: whose votes count
+//!    address, a Sentinel-managed primary resolved at each connection,
+//!    [`SentinelNode`], or a Redis Cluster's seed nodes); `connection.rs`:
+//!    its connection (the connect timeout, reconnects); `shards.rs`: that
+//!    connection as calls use it, to one server or to every primary of a
+//!    cluster, with slot routing and redirections; `cluster.rs`: slots,
+//!    hash tags, the slotted key layout and the topology; `standing.rs`:
+//!    whose votes count
 //!    ([`NotCounted`]: unchecked, unresponsive, recovering from a restart
 //!    or failover) and the check every connection passes, with the restart
 //!    and failover safety argument; `changes.rs`: the changes of server that
@@ -192,6 +196,15 @@
 //! (or [`SentinelNode`]): the client asks the Sentinels for the primary at
 //! each connection and follows it through failovers without a rebuild.
 //!
+//! A node may be a **Redis Cluster**,
+//! `redis+cluster://[user:password@]host:port[,host:port…]`: each lock lives
+//! on the primary of its slot, and every key of one lock in that slot (the
+//! client lays its keys out by hash tag: the key of `orders` is
+//! `<prefix>{orders}`; see `cluster.rs`). The cluster is checked as one
+//! server made of its primaries, so a failover of any of them holds the node
+//! back for the grace. [`Redlock::lock_all`] then needs resources of one
+//! slot (one hash tag); others are refused with [`Error::InvalidResource`].
+//!
 //! ## Guarantees
 //!
 //! - **Mutual exclusion while valid**: two guards for one resource are never
@@ -231,7 +244,9 @@
 //! - **Single node** (one URL): the lock is as available as that node; a
 //!   failover to a replica that lacks the lock makes it unavailable for the
 //!   grace instead of handing it to a second holder.
-//! - **Redis Cluster** is not supported yet as a node.
+//! - **Redis Cluster**: a failover (or a restart, or a new primary) of any
+//!   primary holds the whole cluster node back for the grace, not only the
+//!   slots of that primary; `rediss+cluster://` (TLS) is not supported yet.
 //! - **Clock jumps** on a Redis node (an administrator setting its time)
 //!   shorten or lengthen key expiry there; run NTP in slewing mode.
 

@@ -87,8 +87,9 @@ impl Redlock {
     pub const RECORD_SUFFIX: &'static str = standing::RECORD_SUFFIX;
 
     /// A client over the nodes at `urls` (`redis://`, `rediss://`,
-    /// `redis+unix://`, or `redis+sentinel://` for a Sentinel-managed
-    /// primary: see [`SentinelNode`](crate::SentinelNode)), with the default
+    /// `redis+unix://`, `redis+sentinel://` for a Sentinel-managed
+    /// primary: see [`SentinelNode`](crate::SentinelNode), or
+    /// `redis+cluster://` for a Redis Cluster), with the default
     /// options. One URL gives the classic
     /// single-instance lock (quorum 1).
     ///
@@ -277,8 +278,10 @@ impl Redlock {
     /// # Errors
     ///
     /// [`Error::InvalidResource`] when no resource is named, more than
-    /// [`MAX_RESOURCES`](Self::MAX_RESOURCES) are, or any name is invalid;
-    /// otherwise those of [`lock`](Self::lock).
+    /// [`MAX_RESOURCES`](Self::MAX_RESOURCES) are, or any name is invalid,
+    /// and, when a node is a Redis Cluster, when the resources' keys are
+    /// not all in one slot (give them one hash tag: `{order:42}:items`,
+    /// `{order:42}:payment`); otherwise those of [`lock`](Self::lock).
     ///
     /// # Cancel safety
     ///

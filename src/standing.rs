@@ -180,6 +180,40 @@
 //! only removes its own vote: the quorum is still a majority of *all*
 //! nodes, so a lock needs a quorum of nodes that count.
 //!
+//! # A Redis Cluster node
+//!
+//! A cluster node's connection is one reading of its topology with a
+//! connection to every primary (see `shards.rs`), and its check reads each
+//! primary as above and judges them as **one server**: its `run_id` and
+//! replication id are every primary's, sorted by `run_id` and joined; it is
+//! promoted if any primary is, durable if all are, as old as its youngest
+//! primary, a replica if any primary answers as one; its record is the
+//! union of what the primaries hold (the record keys share one slot, on one
+//! primary). So the rules above apply unchanged, and any change of any
+//! primary (a restart, a promotion, a primary added or replaced) is a
+//! change of the node's incarnation: the whole node recovers, and the locks
+//! held on it are told.
+//!
+//! *Assumes*, besides the above: every server whose reply counts was checked
+//! on the connection the reply came on. It holds because a command goes only
+//! to a primary of the connection's topology, and a redirection (`MOVED`,
+//! `ASK`) is followed only to such a primary; a redirection elsewhere fails
+//! the call and makes the link connect again, reading the topology and
+//! checking every primary before any reply counts. A slot that moves between
+//! checked primaries (a resharding) moves its keys with their expiry
+//! (`MIGRATE`), so no lock is lost by it.
+//!
+//! *Claim*: as above, with the cluster as the server: a lock whose key was
+//! on primary `p` of the node is lost only if `p` (or the server serving its
+//! slot) changed, which changes the node's incarnation. The cost is
+//! coarseness: a failover of one primary holds back the slots of the others
+//! too, for the grace.
+//!
+//! *Uncovered*, besides the above: a primary cut off in a minority
+//! partition that a client still reaches while the majority promoted its
+//! replica (two primaries for one slot until `cluster-node-timeout` makes
+//! the old one refuse writes: a split brain).
+//!
 //! # Timing
 //!
 //! The first call of a client waits until every node's first check has ended

@@ -1,6 +1,7 @@
 //! Fairness across OS processes: 4 worker processes × 4 tasks share one
 //! lock (each process gets at least a quarter of its fair share, no call
-//! gives up; a separate checker Redis sees no overlap), and a queued waiter SIGKILLed in its own
+//! gives up; a separate checker Redis sees no overlap), over five servers
+//! and over one Redis Cluster node, and a queued waiter SIGKILLed in its own
 //! process stops blocking the others within its entry's lifetime. This test
 //! re-executes its own binary as the workers, so it has its own `main`
 //! (harness = false). `examples/contention.rs` gives the figures.
@@ -15,8 +16,9 @@ use std::time::{Duration, Instant};
 use quorlock::Redlock;
 
 const TTL: Duration = Duration::from_secs(10);
-const TESTS: [&str; 2] = [
+const TESTS: [&str; 3] = [
     "four_processes_of_four_tasks_share_the_lock",
+    "four_processes_share_a_lock_on_a_redis_cluster",
     "a_sigkilled_waiter_stops_blocking_within_its_lifetime",
 ];
 
@@ -80,12 +82,26 @@ async fn queued_waiter(nodes: &[String]) -> Result<(), AnyError> {
 
 fn four_processes_of_four_tasks_share_the_lock(exe: &std::path::Path) -> Result<(), AnyError> {
     let servers = support::servers(6);
-    let nodes = support::urls(&servers[1..]);
+    share_fairly(exe, &servers[0].url(), &support::urls(&servers[1..]))
+}
+
+/// The same over one node that is a Redis Cluster of 3 primaries: the
+/// queue, its liveness keys and its notifications in the lock's slot.
+fn four_processes_share_a_lock_on_a_redis_cluster(exe: &std::path::Path) -> Result<(), AnyError> {
+    let checker = support::RedisServer::start();
+    let cluster = support::cluster::Cluster::start(3, 0);
+    share_fairly(exe, &checker.url(), &[cluster.url()])
+}
+
+/// 4 worker processes × 4 tasks on `nodes`, checked by `checker`: no
+/// overlap, no call gives up, each process gets at least a quarter of its
+/// fair share.
+fn share_fairly(exe: &std::path::Path, checker: &str, nodes: &[String]) -> Result<(), AnyError> {
     let workers: Vec<_> = (0..4)
         .map(|_| {
             Command::new(exe)
-                .args(["--fair-worker", "4", "3", &servers[0].url()])
-                .args(&nodes)
+                .args(["--fair-worker", "4", "3", checker])
+                .args(nodes)
                 .stdout(Stdio::piped())
                 .spawn()
         })
@@ -216,6 +232,9 @@ fn main() -> ExitCode {
     support::harness::run_tests(&args, &TESTS, |name| match name {
         "four_processes_of_four_tasks_share_the_lock" => {
             four_processes_of_four_tasks_share_the_lock(&exe)
+        }
+        "four_processes_share_a_lock_on_a_redis_cluster" => {
+            four_processes_share_a_lock_on_a_redis_cluster(&exe)
         }
         _ => a_sigkilled_waiter_stops_blocking_within_its_lifetime(&exe, &runtime),
     })
