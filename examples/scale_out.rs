@@ -1,12 +1,17 @@
 //! Scale out: the many-resources workload (each task locks and unlocks
 //! resources of its own, so every lock goes to the primary of its slot) on
-//! one node that is a Redis Cluster of 1, 2 and 3 primaries. Worker
+//! one node that is a Redis Cluster of 1, 2 and 3 primaries (and, as the
+//! baseline, on one standalone server named by `redis://`). Worker
 //! processes (this binary again, with `--worker`) of 64 tasks each run for
 //! a few seconds; the figures are medians of several runs with their spread
-//! (min to max), the throughput's ratio to one primary, and how busy each
-//! primary was (its CPU time over the run's, from `INFO cpu`): with as many
-//! cores as primaries and the client's own, the ratio grows with K; where
-//! the machine has fewer, the primaries' CPU shows how the load spread.
+//! (min to max), the throughput's ratio to one primary, how busy the
+//! busiest primary was (its CPU time over the run's, from `INFO cpu`), and
+//! the servers' capacity: the throughput over the busiest primary's share
+//! of a core, what the cluster serves before its busiest primary is full.
+//! With a core for each primary and enough for the clients, throughput
+//! grows with K as the capacity does; where the machine has fewer (the
+//! clients then use what the primaries leave), the capacity shows how the
+//! primaries split the load.
 //!
 //! ```text
 //! cargo run --release --example scale_out [RUNS] [WORKERS]
@@ -67,16 +72,23 @@ fn cpu_seconds(server: &support::RedisServer) -> f64 {
         .sum()
 }
 
-/// One run on a cluster of `primaries` primaries: cycles per second, and
-/// each primary's share of a core over the run.
+/// One run on a cluster of `primaries` primaries (0: the baseline, one
+/// standalone server named by `redis://`): cycles per second, and each
+/// primary's share of a core over the run.
 fn run(
     exe: &std::path::Path,
     primaries: usize,
     workers: usize,
 ) -> Result<(f64, Vec<f64>), AnyError> {
-    let cluster = Cluster::start(primaries, 0);
-    let url = cluster.url();
-    let cpu_before: Vec<f64> = cluster.primaries.iter().map(cpu_seconds).collect();
+    let (cluster, standalone);
+    let (url, servers): (String, Vec<&support::RedisServer>) = if primaries == 0 {
+        standalone = support::RedisServer::start();
+        (standalone.url(), vec![&standalone])
+    } else {
+        cluster = Cluster::start(primaries, 0);
+        (cluster.url(), cluster.primaries.iter().collect())
+    };
+    let cpu_before: Vec<f64> = servers.iter().map(|server| cpu_seconds(server)).collect();
     let started = Instant::now();
     let children: Vec<_> = (0..workers)
         .map(|id| {
@@ -97,8 +109,7 @@ fn run(
             .parse::<u64>()?;
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let busy = cluster
-        .primaries
+    let busy = servers
         .iter()
         .zip(cpu_before)
         .map(|(primary, before)| (cpu_seconds(primary) - before) / elapsed)
@@ -126,27 +137,46 @@ fn main() -> Result<(), AnyError> {
          {SECONDS} s per run, {runs} runs per cluster; {} cores",
         std::thread::available_parallelism().map_or(0, usize::from)
     );
-    let mut single = None;
-    for primaries in 1..=3 {
+    let (mut single, mut single_capacity) = (None, None);
+    for primaries in 0..=3 {
         let mut rates = Vec::new();
         let mut busiest = Vec::new();
+        let mut capacities = Vec::new();
         for _ in 0..runs {
             let (rate, busy) = run(&exe, primaries, workers)?;
+            let most = busy.iter().copied().fold(0.0, f64::max);
             rates.push(rate);
-            busiest.push(busy.iter().copied().fold(0.0, f64::max));
+            busiest.push(most);
+            // What the cluster would serve with its busiest primary on a
+            // full core of its own (the others are less busy).
+            capacities.push(rate / most.max(f64::EPSILON));
         }
-        let (low, high) = (
-            rates.iter().copied().fold(f64::MAX, f64::min),
-            rates.iter().copied().fold(0.0, f64::max),
-        );
-        let rate = median(&mut rates);
+        let spread = |values: &[f64]| {
+            (
+                values.iter().copied().fold(f64::MAX, f64::min),
+                values.iter().copied().fold(0.0, f64::max),
+            )
+        };
+        let ((low, high), (cap_low, cap_high)) = (spread(&rates), spread(&capacities));
+        let (rate, capacity) = (median(&mut rates), median(&mut capacities));
+        if primaries == 0 {
+            println!(
+                "standalone (redis://, the baseline): {rate:.0} locks/s [{low:.0} – {high:.0}]; \
+                 the server {:.0} % of a core; capacity {capacity:.0} locks/s",
+                median(&mut busiest) * 100.0
+            );
+            continue;
+        }
         let base = *single.get_or_insert(rate);
+        let cap_base = *single_capacity.get_or_insert(capacity);
         println!(
-            "K = {primaries}: {rate:>8.0} locks/s [{low:.0} – {high:.0}], {:.2} x one primary \
-             (target {:.1}), busiest primary {:.0} % of a core",
+            "K = {primaries}: {rate:>7.0} locks/s [{low:.0} – {high:.0}] = {:.2} x one primary; \
+             busiest primary {:.0} % of a core; servers' capacity {capacity:.0} locks/s \
+             [{cap_low:.0} – {cap_high:.0}] = {:.2} x one primary (target {:.1})",
             rate / base,
+            median(&mut busiest) * 100.0,
+            capacity / cap_base,
             0.7 * primaries as f64,
-            median(&mut busiest) * 100.0
         );
     }
     Ok(())

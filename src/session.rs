@@ -91,34 +91,42 @@ pub(crate) const CLIENT_KEY_INFIX: &str = "quorlock-client:";
 pub(crate) struct LiveKeys {
     prefix: Arc<[u8]>,
     client_id: Arc<str>,
-    slotted: bool,
+    /// The one liveness key of the plain layout; `None` slotted.
+    plain: Option<Arc<str>>,
 }
 
 impl LiveKeys {
     /// The liveness keys of the client `client_id` under `prefix`.
     pub(crate) fn new(prefix: Arc<[u8]>, client_id: Arc<str>, slotted: bool) -> Self {
+        let plain = (!slotted).then(|| live_key(&prefix, &client_id));
         LiveKeys {
             prefix,
             client_id,
-            slotted,
+            plain,
         }
     }
 
     /// The liveness key that keeps the client's waiters on the lock key
-    /// `key` (a prefix that is not UTF-8 is written lossily).
+    /// `key`.
     pub(crate) fn of(&self, key: &[u8]) -> Arc<str> {
-        let start = if self.slotted {
-            crate::cluster::live_key_start(&self.prefix, key)
-        } else {
-            self.prefix.to_vec()
-        };
-        format!(
-            "{}{CLIENT_KEY_INFIX}{}",
-            String::from_utf8_lossy(&start),
-            self.client_id
-        )
-        .into()
+        match &self.plain {
+            Some(plain) => plain.clone(),
+            None => live_key(
+                &crate::cluster::live_key_start(&self.prefix, key),
+                &self.client_id,
+            ),
+        }
     }
+}
+
+/// The liveness key that starts with `start` (the prefix, and slotted a
+/// hash tag; written lossily if it is not UTF-8) of the client `client_id`.
+fn live_key(start: &[u8], client_id: &str) -> Arc<str> {
+    format!(
+        "{}{CLIENT_KEY_INFIX}{client_id}",
+        String::from_utf8_lossy(start)
+    )
+    .into()
 }
 
 /// One client's session: its liveness keys and the lock keys its waiters
