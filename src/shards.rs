@@ -120,6 +120,22 @@ impl ConnectionLike for Connection {
     }
 }
 
+/// The redirection (`MOVED`, `ASK`) a reply is, if it is one: a server's
+/// error comes back as a value, which the caller turns into an error.
+fn redirection(reply: &Value) -> Option<RedisError> {
+    match reply {
+        Value::ServerError(error)
+            if matches!(
+                error.kind(),
+                Some(ServerErrorKind::Moved | ServerErrorKind::Ask)
+            ) =>
+        {
+            Some(RedisError::from(error.clone()))
+        }
+        _ => None,
+    }
+}
+
 impl Shards {
     /// The connection to the primary of `key`'s slot.
     fn route(&self, key: &[u8]) -> Result<MultiplexedConnection, RedisError> {
@@ -145,9 +161,10 @@ impl Shards {
                 .await;
         };
         let mut connection = self.route(key)?;
-        match connection.req_packed_command(cmd).await {
-            Err(err) if err.redirect_node().is_some() => self.redirected(err, cmd).await,
-            reply => reply,
+        let reply = connection.req_packed_command(cmd).await?;
+        match redirection(&reply) {
+            Some(err) => self.redirected(err, cmd).await,
+            None => Ok(reply),
         }
     }
 
@@ -183,8 +200,8 @@ impl Shards {
                     .await
             }
         };
-        if let Err(err) = &reply
-            && err.redirect_node().is_some()
+        if let Ok(replies) = &reply
+            && replies.iter().any(|reply| redirection(reply).is_some())
         {
             (self.stale)();
         }

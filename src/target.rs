@@ -28,7 +28,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
 use crate::answer::NodeErrorKind;
@@ -319,47 +319,66 @@ impl ClusterSeeds {
     ///
     /// Cancel safe: it only reads.
     pub(crate) async fn topology(&self, timeout: Duration) -> Result<Topology, NodeErrorKind> {
-        let asks = self.seeds.iter().map(|seed| {
-            let seed = seed.clone();
-            async move {
-                let (addr, host) = match seed.get_connection_info().addr() {
-                    ConnectionAddr::Tcp(host, port) => (format!("{host}:{port}"), host.clone()),
-                    other => (other.to_string(), String::new()),
-                };
-                let asked = tokio::time::timeout(timeout, async {
-                    let mut connection = seed
-                        .get_multiplexed_async_connection()
-                        .await
-                        .map_err(|err| err.to_string())?;
-                    let reply: Value = redis::cmd("CLUSTER")
-                        .arg("SLOTS")
-                        .query_async(&mut connection)
-                        .await
-                        .map_err(|err| err.to_string())?;
-                    Topology::parse(&reply, &host)
-                })
-                .await;
-                match asked {
-                    Ok(Ok(topology)) => Ok(topology),
-                    Ok(Err(why)) => Err(format!("{addr}: {why}")),
-                    Err(_) => Err(format!("{addr}: no answer within {timeout:?}")),
-                }
-            }
-            .boxed()
-        });
-        let mut asks: futures::stream::FuturesUnordered<_> = asks.collect();
-        let mut answers = Vec::new();
-        while let Some(answer) = asks.next().await {
-            match answer {
-                Ok(topology) => return Ok(topology),
-                Err(why) => answers.push(why),
+        first_answer(&self.seeds, timeout, |seed| async move {
+            let host = match seed.get_connection_info().addr() {
+                ConnectionAddr::Tcp(host, _) => host.clone(),
+                _ => String::new(),
+            };
+            let mut connection = seed
+                .get_multiplexed_async_connection()
+                .await
+                .map_err(|err| err.to_string())?;
+            let reply: Value = redis::cmd("CLUSTER")
+                .arg("SLOTS")
+                .query_async(&mut connection)
+                .await
+                .map_err(|err| err.to_string())?;
+            Topology::parse(&reply, &host)
+        })
+        .await
+        .map_err(|answers| {
+            NodeErrorKind::Cluster(format!(
+                "no cluster node told the topology ({})",
+                answers.join("; ")
+            ))
+        })
+    }
+}
+
+/// Asks every one of `servers` at once with `ask`, each within `timeout`:
+/// the first answer wins; `Err` with what each said (`address: why`) when
+/// none answers.
+///
+/// Cancel safe: it only reads.
+async fn first_answer<T, F, Fut>(
+    servers: &[Client],
+    timeout: Duration,
+    ask: F,
+) -> Result<T, Vec<String>>
+where
+    F: Fn(Client) -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let asks = servers.iter().map(|server| {
+        let addr = server.get_connection_info().addr().to_string();
+        let asked = tokio::time::timeout(timeout, ask(server.clone()));
+        async move {
+            match asked.await {
+                Ok(Ok(answer)) => Ok(answer),
+                Ok(Err(why)) => Err(format!("{addr}: {why}")),
+                Err(_) => Err(format!("{addr}: no answer within {timeout:?}")),
             }
         }
-        Err(NodeErrorKind::Cluster(format!(
-            "no cluster node told the topology ({})",
-            answers.join("; ")
-        )))
+    });
+    let mut asks: futures::stream::FuturesUnordered<_> = asks.collect();
+    let mut answers = Vec::new();
+    while let Some(answer) = asks.next().await {
+        match answer {
+            Ok(answer) => return Ok(answer),
+            Err(why) => answers.push(why),
+        }
     }
+    Err(answers)
 }
 
 impl Sentinels {
@@ -404,36 +423,19 @@ impl Sentinels {
     /// first to name one wins. Fails, saying what each Sentinel answered,
     /// when none does.
     async fn primary(&self, timeout: Duration) -> Result<Client, NodeErrorKind> {
-        let asks = self.sentinels.iter().map(|sentinel| {
-            let sentinel = sentinel.clone();
-            let master = self.master.clone();
-            async move {
-                let addr = sentinel.get_connection_info().addr().to_string();
-                let asked = tokio::time::timeout(timeout, ask(&sentinel, &master)).await;
-                match asked {
-                    Ok(Ok(primary)) => Ok(primary),
-                    Ok(Err(why)) => Err(format!("{addr}: {why}")),
-                    Err(_) => Err(format!("{addr}: no answer within {timeout:?}")),
-                }
-            }
-            .boxed()
-        });
-        let mut asks: futures::stream::FuturesUnordered<_> = asks.collect();
-        let mut answers = Vec::new();
-        while let Some(answer) = asks.next().await {
-            match answer {
-                Ok((host, port)) => {
-                    let info = self.data.clone().set_addr(ConnectionAddr::Tcp(host, port));
-                    return Client::open(info).map_err(|err| NodeErrorKind::Redis(Arc::new(err)));
-                }
-                Err(why) => answers.push(why),
-            }
-        }
-        Err(NodeErrorKind::Sentinel(format!(
-            "no Sentinel named a primary for master {:?} ({})",
-            self.master,
-            answers.join("; ")
-        )))
+        let master = &self.master;
+        let (host, port) = first_answer(&self.sentinels, timeout, |sentinel| async move {
+            ask(&sentinel, master).await
+        })
+        .await
+        .map_err(|answers| {
+            NodeErrorKind::Sentinel(format!(
+                "no Sentinel named a primary for master {master:?} ({})",
+                answers.join("; ")
+            ))
+        })?;
+        let info = self.data.clone().set_addr(ConnectionAddr::Tcp(host, port));
+        Client::open(info).map_err(|err| NodeErrorKind::Redis(Arc::new(err)))
     }
 }
 

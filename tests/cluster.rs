@@ -14,7 +14,7 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use quorlock::{Error, LostReason, Redlock, RedlockBuilder};
+use quorlock::{Error, Redlock, RedlockBuilder};
 use support::cluster::{self, Cluster};
 
 const PASSWORD: &str = "s3cret";
@@ -88,6 +88,58 @@ async fn sets_lock_in_one_slot_and_are_refused_across_slots() {
     writer.unlock().await.unwrap();
 }
 
+/// A resharding moves a held lock's slot to another primary: while its
+/// keys have moved and the slot is still migrating (`ASK`), and after
+/// (`MOVED`), the lock stays held (another client is refused, not failed),
+/// its holder extends and releases it, and it locks again, on the new
+/// primary, with a higher fencing token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_lock_moves_with_its_slot() {
+    let cluster = Cluster::start(2, 0);
+    let holder = builder(&cluster.url()).fencing(true).build().unwrap();
+    let other = builder(&cluster.url()).build().unwrap();
+    let resource = "cluster:resharded";
+    let key = holder.key(resource).unwrap();
+    let (slot, from) = (cluster.slot(&key), cluster.primary_of(&key));
+    let to = 1 - from;
+    let ttl = Duration::from_secs(10);
+    let mut guard = holder.lock(resource, ttl).await.unwrap();
+    let token = guard.fencing_token().expect("fencing on");
+
+    cluster.migrate_keys(slot, from, to);
+    assert!(
+        cluster::keys_in_slot(&cluster.primaries[to], slot) > 0
+            && cluster::keys_in_slot(&cluster.primaries[from], slot) == 0,
+        "the keys moved"
+    );
+    let refused = other.try_lock(resource, ttl).await;
+    assert!(
+        matches!(refused, Err(Error::Contended { .. })),
+        "while migrating (ASK): {refused:?}"
+    );
+    guard
+        .extend(ttl)
+        .await
+        .expect("extended on the new primary (ASK)");
+
+    cluster.end_migration(slot, to);
+    let refused = other.try_lock(resource, ttl).await;
+    assert!(
+        matches!(refused, Err(Error::Contended { .. })),
+        "after (MOVED): {refused:?}"
+    );
+    guard.unlock().await.expect("released on the new primary");
+    let again = other.lock(resource, ttl).await.unwrap();
+    assert!(
+        cluster::get(&cluster.primaries[to], &key).is_some(),
+        "held on the new primary"
+    );
+    again.unlock().await.unwrap();
+    let fenced = holder.lock(resource, ttl).await.unwrap();
+    assert!(fenced.fencing_token().expect("fencing on") > token);
+    fenced.unlock().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_server_named_as_a_plain_node_is_refused() {
     let cluster = Cluster::start(1, 0);
@@ -133,43 +185,21 @@ async fn a_lossy_failover_inside_the_cluster_gives_no_second_holder() {
     cluster.wait_promoted(&cluster.replicas[shard][0]);
     println!("failed over after {:?}", a.acquired_at().elapsed());
 
-    let lost = tokio::time::timeout(GRACE, lost).await.expect("A told");
-    println!("holder told: {lost}");
-    assert!(
-        matches!(lost.lost_reason(), Some(LostReason::ServerChanged { .. })),
-        "{lost}"
-    );
-    assert!(Instant::now() < a_until, "told only at its expiry");
-    for (who, client) in [("knew the cluster", &b_client), ("fresh", &build())] {
-        let err = client
-            .lock(resource, GRACE)
-            .await
-            .expect_err("a second holder");
-        println!("{who}, refused: {err}");
-        assert_eq!(support::recovering_nodes(&err).len(), 1, "{who}: {err}");
-    }
+    support::told_of_failover(lost, a_until, GRACE).await;
+    support::refused_while_recovering(&b_client, resource, GRACE, "knew the cluster").await;
+    support::refused_while_recovering(&build(), resource, GRACE, "fresh").await;
     assert!(
         Instant::now() < a_until,
         "the refusals came too late to mean anything"
     );
 
     // Through the same URL, without a rebuild, once the grace has passed.
-    let deadline = Instant::now() + GRACE + Duration::from_secs(20);
-    loop {
-        match b_client.try_lock(resource, Duration::from_secs(2)).await {
-            Ok(guard) => {
-                let promoted = &cluster.replicas[shard][0];
-                assert!(
-                    cluster::get(promoted, &key).is_some(),
-                    "locked on the new primary"
-                );
-                guard.unlock().await.unwrap();
-                break;
-            }
-            Err(err) => {
-                assert!(Instant::now() < deadline, "never counted again: {err}");
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        }
-    }
+    let within = GRACE + Duration::from_secs(20);
+    let guard = support::locks_again(&b_client, resource, within).await;
+    let promoted = &cluster.replicas[shard][0];
+    assert!(
+        cluster::get(promoted, &key).is_some(),
+        "locked on the new primary"
+    );
+    guard.unlock().await.unwrap();
 }

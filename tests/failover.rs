@@ -119,20 +119,9 @@ async fn both_refused(a_client: &Redlock, urls: &[String], a_until: Instant) -> 
 
 /// `redlock` locks `RESOURCE` again within the grace and some seconds.
 async fn locks_again(redlock: &Redlock) {
-    let deadline = Instant::now() + GRACE + Duration::from_secs(15);
-    loop {
-        match redlock.try_lock(RESOURCE, Duration::from_secs(2)).await {
-            Ok(guard) => {
-                guard.unlock().await.unwrap();
-                return;
-            }
-            Err(err) if Instant::now() < deadline => {
-                println!("not yet: {err}");
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            Err(err) => panic!("the promoted node never counted again: {err}"),
-        }
-    }
+    let within = GRACE + Duration::from_secs(15);
+    let guard = support::locks_again(redlock, RESOURCE, within).await;
+    guard.unlock().await.unwrap();
 }
 
 /// N = 1: the failover is all that stands between the holder and a second

@@ -9,7 +9,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use quorlock::{LostReason, Redlock, RedlockBuilder};
+use quorlock::{Redlock, RedlockBuilder};
 use support::RedisServer;
 use support::sentinel::Sentinels;
 
@@ -47,48 +47,20 @@ async fn a_lossy_sentinel_failover_gives_no_second_holder_and_locks_work_again()
     sentinels.wait_primary(replica.port());
     println!("failed over after {:?}", a.acquired_at().elapsed());
 
-    let lost = tokio::time::timeout(GRACE, lost).await.expect("A told");
-    println!("holder told: {lost}");
-    assert!(
-        matches!(lost.lost_reason(), Some(LostReason::ServerChanged { .. })),
-        "{lost}"
-    );
-    assert!(Instant::now() < a_until, "told only at its expiry");
-
-    let err = a_client
-        .lock(RESOURCE, GRACE)
-        .await
-        .expect_err("the client that knew the old primary: a second holder");
-    println!("knew the primary, refused: {err}");
-    assert_eq!(support::recovering_nodes(&err).len(), 1, "{err}");
-    let err = builder(&url)
-        .build()
-        .unwrap()
-        .lock(RESOURCE, GRACE)
-        .await
-        .expect_err("a fresh client: a second holder");
-    println!("fresh, refused: {err}");
-    assert_eq!(support::recovering_nodes(&err).len(), 1, "{err}");
+    support::told_of_failover(lost, a_until, GRACE).await;
+    support::refused_while_recovering(&a_client, RESOURCE, GRACE, "knew the primary").await;
+    let fresh = builder(&url).build().unwrap();
+    support::refused_while_recovering(&fresh, RESOURCE, GRACE, "fresh").await;
     assert!(
         Instant::now() < a_until,
         "the refusals came too late to mean anything"
     );
 
     // Through the same URL, without a rebuild, once the grace has passed.
-    let deadline = Instant::now() + GRACE + Duration::from_secs(20);
-    loop {
-        match a_client.try_lock(RESOURCE, Duration::from_secs(2)).await {
-            Ok(guard) => {
-                assert!(replica.get(&key).is_some(), "locked on the new primary");
-                guard.unlock().await.unwrap();
-                break;
-            }
-            Err(err) => {
-                assert!(Instant::now() < deadline, "never counted again: {err}");
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        }
-    }
+    let within = GRACE + Duration::from_secs(20);
+    let guard = support::locks_again(&a_client, RESOURCE, within).await;
+    assert!(replica.get(&key).is_some(), "locked on the new primary");
+    guard.unlock().await.unwrap();
 }
 
 /// A Sentinel that knows no such master, and Sentinels that are all down,

@@ -154,6 +154,56 @@ impl Cluster {
         usize::from(self.slot(key)) / per
     }
 
+    /// Starts moving `slot` from primary `from` to primary `to` (as
+    /// `redis-cli --cluster reshard` does): the slot importing on `to`,
+    /// migrating on `from`, and every key of it moved (`MIGRATE`, which
+    /// keeps their TTLs). Until [`end_migration`](Self::end_migration),
+    /// `from` answers `ASK` for the keys it no longer has.
+    pub fn migrate_keys(&self, slot: u16, from: usize, to: usize) {
+        let (source, target) = (&self.primaries[from], &self.primaries[to]);
+        let slot = slot.to_string();
+        command(
+            target,
+            &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &node_id(source)],
+        );
+        command(
+            source,
+            &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &node_id(target)],
+        );
+        let keys: Vec<Vec<u8>> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(&slot)
+            .arg(1000)
+            .query(&mut source.connection())
+            .expect("CLUSTER GETKEYSINSLOT");
+        if keys.is_empty() {
+            return;
+        }
+        let mut migrate = redis::cmd("MIGRATE");
+        migrate
+            .arg("127.0.0.1")
+            .arg(target.port())
+            .arg("")
+            .arg(0)
+            .arg(5000);
+        if let Some(password) = source.password() {
+            migrate.arg("AUTH").arg(password);
+        }
+        migrate.arg("KEYS").arg(&keys);
+        let _: redis::Value = migrate.query(&mut source.connection()).expect("MIGRATE");
+    }
+
+    /// Ends a migration: `slot` belongs to primary `to` on every primary,
+    /// and the running nodes agree the cluster is whole.
+    pub fn end_migration(&self, slot: u16, to: usize) {
+        let owner = node_id(&self.primaries[to]);
+        let slot = slot.to_string();
+        for primary in self.primaries.iter().filter(|node| node.is_running()) {
+            command(primary, &["CLUSTER", "SETSLOT", &slot, "NODE", &owner]);
+        }
+        self.wait_ok();
+    }
+
     /// Waits until `replica` has taken over as a primary (a failover) and
     /// the running nodes agree the cluster is whole again.
     pub fn wait_promoted(&self, replica: &RedisServer) {
@@ -173,6 +223,16 @@ pub fn get(node: &RedisServer, key: &[u8]) -> Option<Vec<u8>> {
         .arg(key)
         .query(&mut connection)
         .expect("GET")
+}
+
+/// How many keys `node` holds in `slot` (`CLUSTER COUNTKEYSINSLOT`, which
+/// no node redirects).
+pub fn keys_in_slot(node: &RedisServer, slot: u16) -> i64 {
+    redis::cmd("CLUSTER")
+        .arg("COUNTKEYSINSLOT")
+        .arg(slot)
+        .query(&mut node.connection())
+        .expect("CLUSTER COUNTKEYSINSLOT")
 }
 
 /// Runs one command on `node`, which must accept it.

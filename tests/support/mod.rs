@@ -12,6 +12,8 @@ mod proxy;
 pub use proxy::DelayProxy;
 
 mod replication;
+#[allow(unused_imports)]
+pub use replication::{refused_while_recovering, told_of_failover};
 
 pub mod sentinel;
 
@@ -397,6 +399,28 @@ pub async fn checked_hold(
     tokio::task::block_in_place(|| std::thread::sleep(hold));
     let _: redis::RedisResult<i64> = redis::cmd("DECR").arg("holders").query_async(checker).await;
     inside == 1
+}
+
+/// Takes `resource` with `redlock` again (one round every 250 ms) once a
+/// node held back by a restart or failover counts again; panics if that
+/// takes longer than `within`. The guard is the caller's to check and
+/// release.
+pub async fn locks_again(
+    redlock: &quorlock::Redlock,
+    resource: &str,
+    within: Duration,
+) -> quorlock::LockGuard {
+    let deadline = Instant::now() + within;
+    loop {
+        match redlock.try_lock(resource, Duration::from_secs(2)).await {
+            Ok(guard) => return guard,
+            Err(err) if Instant::now() < deadline => {
+                println!("not yet: {err}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(err) => panic!("the node never counted again: {err}"),
+        }
+    }
 }
 
 /// The nodes of `err` whose grants did not count because they are

@@ -124,3 +124,41 @@ impl RedisServer {
         self.wait_for("replication", "role", "master", "the promotion");
     }
 }
+
+/// Waits (for at most `limit`) for `lost`, a holder's `lost()` taken before
+/// a failover, and checks that it told of the change of server before the
+/// holder's validity ended at `valid_until`.
+pub async fn told_of_failover(
+    lost: impl std::future::Future<Output = quorlock::Error>,
+    valid_until: Instant,
+    limit: Duration,
+) {
+    let lost = tokio::time::timeout(limit, lost)
+        .await
+        .expect("the holder is told");
+    println!("holder told: {lost}");
+    assert!(
+        matches!(
+            lost.lost_reason(),
+            Some(quorlock::LostReason::ServerChanged { .. })
+        ),
+        "{lost}"
+    );
+    assert!(Instant::now() < valid_until, "told only at its expiry");
+}
+
+/// Checks that `client` (`who`, in messages) is refused `resource`, with
+/// one node named as recovering from a restart or failover.
+pub async fn refused_while_recovering(
+    client: &quorlock::Redlock,
+    resource: &str,
+    ttl: Duration,
+    who: &str,
+) {
+    let err = client
+        .lock(resource, ttl)
+        .await
+        .expect_err("a second holder");
+    println!("{who}, refused: {err}");
+    assert_eq!(super::recovering_nodes(&err).len(), 1, "{who}: {err}");
+}
