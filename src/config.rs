@@ -461,6 +461,9 @@ impl RedlockBuilder {
     /// replicas take to acknowledge, during which the node's connection
     /// (shared by the client's calls) answers nothing else; a node without
     /// enough connected replicas grants nothing. See docs/benchmarks.md.
+    ///
+    /// On a Redis Cluster node, `WAIT` goes to every primary and the fewest
+    /// acknowledgements count: every primary needs `replicas` replicas.
     pub fn replica_acks(mut self, replicas: u32) -> Self {
         self.config.replica_acks = replicas;
         self

@@ -3,7 +3,8 @@
 //! over every primary lock and unlock; fencing tokens increase; a set of
 //! resources in one slot (one hash tag) locks, one across slots is refused
 //! with a typed error; read-write locks work; a server of a cluster named
-//! as a plain node is refused as a misconfiguration. A failover inside the
+//! as a plain node is refused as a misconfiguration; `replica_acks` waits
+//! for the replicas of every primary. A failover inside the
 //! cluster that lost the holder's key (its replica's link was cut before
 //! the lock) gives no second holder, for a client that knew the cluster and
 //! for a fresh one, tells the holder at once, and locks work again through
@@ -202,4 +203,29 @@ async fn a_lossy_failover_inside_the_cluster_gives_no_second_holder() {
         "locked on the new primary"
     );
     guard.unlock().await.unwrap();
+}
+
+/// `replica_acks` on a cluster: a grant counts once the replicas of every
+/// primary acknowledged (`WAIT` goes to each); with one replica's link cut,
+/// no grant counts, and the error says the replicas are behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_acks_wait_for_the_replicas_of_every_primary() {
+    let cluster = Cluster::start_with(2, 1, &["--requirepass", PASSWORD]);
+    let redlock = builder(&cluster.url()).replica_acks(1).build().unwrap();
+    let ttl = Duration::from_secs(5);
+    let guard = redlock.lock("cluster:acked", ttl).await.unwrap();
+    guard.unlock().await.unwrap();
+    cluster.replicas[1][0].cut_link_from(&cluster.primaries[1]);
+    let err = redlock
+        .try_lock("cluster:acked", ttl)
+        .await
+        .expect_err("a replica's link is cut");
+    println!("{err}");
+    assert!(
+        err.failed().iter().any(|failed| matches!(
+            failed.kind(),
+            quorlock::NodeErrorKind::ReplicasBehind { .. }
+        )),
+        "{err}"
+    );
 }
