@@ -15,6 +15,9 @@
 //!   to read the topology anew.
 //! - `ASK` to a primary of this connection (a slot being migrated, the key
 //!   already moved): `ASKING` and the command are sent there, together.
+//! - A pipeline's redirection (a fenced acquisition's `SET` and `INCR`) is
+//!   not followed: that call fails, as a vote against, and the next round
+//!   goes again (after a `MOVED`, through a connection made anew).
 //! - `MOVED` or `ASK` to a server this connection does not have (a replica
 //!   promoted in a failover, a primary added): the command fails, and the
 //!   link connects again. **A server's reply counts only once the server
@@ -136,6 +139,11 @@ fn redirection(reply: &Value) -> Option<RedisError> {
     }
 }
 
+/// Whether a reply is a `MOVED`: the slot's owner changed for good.
+fn is_moved(reply: &Value) -> bool {
+    matches!(reply, Value::ServerError(error) if error.kind() == Some(ServerErrorKind::Moved))
+}
+
 impl Shards {
     /// The connection to the primary of `key`'s slot.
     fn route(&self, key: &[u8]) -> Result<MultiplexedConnection, RedisError> {
@@ -169,8 +177,10 @@ impl Shards {
     }
 
     /// Runs `pipeline` on the primary of its first key's slot (a keyless
-    /// one on every primary). A redirection is not followed (the commands
-    /// of our pipelines are all of one key); it marks the topology stale.
+    /// one on every primary). A redirection is not followed (`ASKING` would
+    /// have to precede each command): the call fails, and the next round
+    /// goes again. A `MOVED` marks the topology stale; an `ASK` (a slot
+    /// being migrated) does not.
     async fn pipeline(
         &self,
         pipeline: &Pipeline,
@@ -201,7 +211,7 @@ impl Shards {
             }
         };
         if let Ok(replies) = &reply
-            && replies.iter().any(|reply| redirection(reply).is_some())
+            && replies.iter().any(is_moved)
         {
             (self.stale)();
         }
@@ -239,9 +249,10 @@ impl Shards {
             .ok_or_else(|| RedisError::from((ErrorKind::Client, "no reply after ASKING")))
     }
 
-    /// Runs `call` on every primary at once: the first error, or else the
-    /// replies combined, the least where all are numbers (`WAIT`: the
-    /// replicas that acknowledged on every primary), else the first.
+    /// Runs `call` on every primary at once: the first error (a failed
+    /// exchange, or else a server's error reply), or else the replies
+    /// combined, the least where all are numbers (`WAIT`: the replicas that
+    /// acknowledged on every primary), else the first.
     async fn everywhere<F, Fut>(&self, call: F) -> Result<Value, RedisError>
     where
         F: Fn(MultiplexedConnection) -> Fut,
@@ -249,6 +260,12 @@ impl Shards {
     {
         let replies =
             futures::future::try_join_all(self.connections.iter().cloned().map(call)).await?;
+        if let Some(error) = replies
+            .iter()
+            .find(|reply| matches!(reply, Value::ServerError(_)))
+        {
+            return Ok(error.clone());
+        }
         let least = replies
             .iter()
             .map(|reply| match reply {
