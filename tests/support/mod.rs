@@ -19,6 +19,8 @@ pub mod sentinel;
 
 pub mod cluster;
 
+pub mod clock;
+
 mod logs;
 #[allow(unused_imports)]
 pub use logs::capture_logs;
@@ -76,6 +78,8 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     extra_args: Vec<String>,
+    /// Environment variables for the process (the clock shim's).
+    env: Vec<(String, String)>,
     /// Listens with TLS only: readiness is an open port, not a PING.
     tls: bool,
     child: Option<Child>,
@@ -153,6 +157,7 @@ impl RedisServer {
             port,
             dir,
             extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
+            env: Vec::new(),
             tls: false,
             child: None,
         }
@@ -170,6 +175,7 @@ impl RedisServer {
             .arg("--dir")
             .arg(&self.dir)
             .args(&self.extra_args)
+            .envs(self.env.iter().map(|(name, value)| (name, value)))
             .stdout(log_file(&self.dir))
             .stderr(log_file(&self.dir))
             .spawn();

@@ -1,0 +1,95 @@
+//! Servers whose wall clock steps: the server under test started with a
+//! small `LD_PRELOAD` library (`clockshim.c`, built here with `cc` once per
+//! test process) that adds an offset, read from a file, to `gettimeofday`,
+//! `time` and `clock_gettime` of the `CLOCK_REALTIME` clocks, and leaves the
+//! monotonic clocks alone. Redis expires keys by its wall clock, so a step
+//! forward expires them early, as NTP stepping, a resumed VM or an
+//! administrator would. (Debian's libfaketime recurses inside redis-server
+//! 7.0 and kills it at start; the shim reads the real clock and its file
+//! with raw system calls.)
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use super::{RedisServer, free_port};
+
+/// The shim, built once per test process.
+fn shim() -> &'static Path {
+    static SHIM: OnceLock<PathBuf> = OnceLock::new();
+    SHIM.get_or_init(|| {
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/clockshim.c");
+        let dir = std::env::temp_dir().join(format!("quorlock-clockshim-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("shim dir");
+        let library = dir.join("libclockshim.so");
+        let built = Command::new("cc")
+            .args(["-O2", "-shared", "-fPIC", "-o"])
+            .arg(&library)
+            .arg(&source)
+            .status()
+            .unwrap_or_else(|err| {
+                panic!("cc, to build the clock shim: {err}. Install it: apt-get install -y gcc")
+            });
+        assert!(built.success(), "building the clock shim failed");
+        library
+    })
+}
+
+/// A server under test whose wall clock the test steps.
+pub struct ClockServer {
+    pub server: RedisServer,
+    offset_file: PathBuf,
+}
+
+impl ClockServer {
+    /// Starts a server on a free loopback port with the shim, its clock at
+    /// the true time.
+    pub fn start() -> ClockServer {
+        let mut server = RedisServer::on_port(free_port(), &[]);
+        std::fs::create_dir_all(&server.dir).expect("server dir");
+        let offset_file = server.dir.join("clock-offset-ms");
+        std::fs::write(&offset_file, "0").expect("offset file");
+        server.env = vec![
+            ("LD_PRELOAD".into(), shim().display().to_string()),
+            (
+                "QUORLOCK_CLOCK_OFFSET_FILE".into(),
+                offset_file.display().to_string(),
+            ),
+        ];
+        server.spawn().expect("a server with the clock shim");
+        ClockServer {
+            server,
+            offset_file,
+        }
+    }
+
+    /// Sets the server's wall clock to the true time plus `offset_ms`
+    /// (negative: behind), and waits until the server's `TIME` shows it.
+    pub fn set_offset(&self, offset_ms: i64) {
+        std::fs::write(&self.offset_file, offset_ms.to_string()).expect("offset file");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let shown = self.offset_ms();
+            if (shown - offset_ms).abs() < 500 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server's clock shows {shown} ms, not {offset_ms}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// How far ahead of this process's wall clock the server's runs, in ms.
+    pub fn offset_ms(&self) -> i64 {
+        let (secs, micros): (i64, i64) = redis::cmd("TIME")
+            .query(&mut self.server.connection())
+            .expect("TIME");
+        let ours = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970");
+        secs * 1000 + micros / 1000 - i64::try_from(ours.as_millis()).expect("ms fit")
+    }
+}
