@@ -52,9 +52,9 @@ const SILENT_PRIMARY: Duration = Duration::from_secs(1);
 
 /// A call timed out: skip node `index` and probe it with `PING` (each
 /// bounded by `timeout`) until it answers. Without a runtime to probe on, the
-/// node is not skipped. A Sentinel node's primary silent for
-/// [`SILENT_PRIMARY`] is connected again (through the Sentinels, which may
-/// name another by then).
+/// node is not skipped. A Sentinel or cluster node silent for
+/// [`SILENT_PRIMARY`] is connected again (through the Sentinels or the
+/// topology, which may name another primary by then), once per such span.
 fn timed_out(standing: &Arc<Standing>, link: Arc<Link>, timeout: Duration) {
     if !tasks::has_runtime() {
         return;
@@ -68,7 +68,7 @@ fn timed_out(standing: &Arc<Standing>, link: Arc<Link>, timeout: Duration) {
     tracing::debug!(node = %probe.name(), "node timed out: skipped until it answers a PING");
     tasks::spawn(async move {
         let probe = probe;
-        let silent_since = std::time::Instant::now();
+        let mut silent_since = std::time::Instant::now();
         loop {
             let ping = async {
                 let handle = link.connection().await?;
@@ -84,9 +84,13 @@ fn timed_out(standing: &Arc<Standing>, link: Arc<Link>, timeout: Duration) {
             }
             // A primary that Sentinels manage and that went silent (frozen,
             // or cut off) may have been replaced: connect again, to the one
-            // the Sentinels name now.
+            // the Sentinels (or the cluster's topology) name now; once per
+            // second of silence, so that a connection that takes longer to
+            // make than a probe's wait (a cluster's: every primary, checked)
+            // is not dropped as soon as it is made.
             if link.follows_failovers() && silent_since.elapsed() >= SILENT_PRIMARY {
                 link.reconnect();
+                silent_since = std::time::Instant::now();
             }
             tokio::time::sleep(timeout).await;
         }
