@@ -159,6 +159,9 @@ pub(crate) struct Topology {
     pub(crate) primaries: Vec<(String, u16)>,
     /// Per slot, the index of its primary in `primaries` (`u16::MAX`: none).
     slots: Box<[u16]>,
+    /// Every node the reply named, primaries and replicas: where to read
+    /// the topology next, should the nodes of the URL be gone.
+    pub(crate) nodes: Vec<(String, u16)>,
 }
 
 /// A slot no primary serves, in [`Topology`].
@@ -174,9 +177,18 @@ impl Topology {
         let mut topology = Topology {
             primaries: Vec::new(),
             slots: vec![UNSERVED; SLOTS].into_boxed_slice(),
+            nodes: Vec::new(),
         };
         for range in ranges {
-            let (start, end, primary) = read_range(range, asked_host)?;
+            let (start, end, servers) = read_range(range, asked_host)?;
+            for server in &servers {
+                if !topology.nodes.contains(server) {
+                    topology.nodes.push(server.clone());
+                }
+            }
+            let Some(primary) = servers.into_iter().next() else {
+                continue;
+            };
             let index = match topology
                 .primaries
                 .iter()
@@ -215,26 +227,45 @@ impl Topology {
     }
 }
 
-/// One entry of `CLUSTER SLOTS`: its first and last slot, and its primary.
-fn read_range(range: &Value, asked_host: &str) -> Result<(usize, usize, (String, u16)), String> {
+/// A slot range of `CLUSTER SLOTS`: its first and last slot, and its
+/// servers, the primary first.
+type Range = (usize, usize, Vec<(String, u16)>);
+
+/// One entry of `CLUSTER SLOTS`: its first and last slot, its primary and
+/// its replicas.
+fn read_range(range: &Value, asked_host: &str) -> Result<Range, String> {
     let bad = || format!("CLUSTER SLOTS gave an entry it should not: {range:?}");
     let Value::Array(fields) = range else {
         return Err(bad());
     };
-    let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(primary))) =
-        (fields.first(), fields.get(1), fields.get(2))
-    else {
+    let (Some(Value::Int(start)), Some(Value::Int(end))) = (fields.first(), fields.get(1)) else {
         return Err(bad());
     };
     let (start, end) = match (usize::try_from(*start), usize::try_from(*end)) {
         (Ok(start), Ok(end)) if start <= end && end < SLOTS => (start, end),
         _ => return Err(bad()),
     };
+    let servers = fields[2..]
+        .iter()
+        .map(|server| read_server(server, asked_host).ok_or_else(bad))
+        .collect::<Result<Vec<_>, String>>()?;
+    if servers.is_empty() {
+        return Err(bad());
+    }
+    Ok((start, end, servers))
+}
+
+/// A server of a `CLUSTER SLOTS` entry: `[host, port, id, …]` (a host that
+/// is empty or `?` is `asked_host`).
+fn read_server(server: &Value, asked_host: &str) -> Option<(String, u16)> {
+    let Value::Array(primary) = server else {
+        return None;
+    };
     let host = match primary.first() {
         Some(Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
         Some(Value::SimpleString(text)) => text.clone(),
         Some(Value::Nil) => String::new(),
-        _ => return Err(bad()),
+        _ => return None,
     };
     let host = if host.is_empty() || host == "?" {
         asked_host.to_owned()
@@ -242,10 +273,10 @@ fn read_range(range: &Value, asked_host: &str) -> Result<(usize, usize, (String,
         host
     };
     let port = match primary.get(1) {
-        Some(Value::Int(port)) => u16::try_from(*port).map_err(|_| bad())?,
-        _ => return Err(bad()),
+        Some(Value::Int(port)) => u16::try_from(*port).ok()?,
+        _ => return None,
     };
-    Ok((start, end, (host, port)))
+    Some((host, port))
 }
 
 #[cfg(test)]
@@ -340,12 +371,21 @@ mod tests {
         let range = |start: i64, end: i64, primary: Value| {
             Value::Array(vec![Value::Int(start), Value::Int(end), primary])
         };
+        let mut with_replica = range(5461, 10922, node("", 7001));
+        if let Value::Array(fields) = &mut with_replica {
+            fields.push(node("127.0.0.1", 7004));
+        }
         let reply = Value::Array(vec![
             range(0, 5460, node("127.0.0.1", 7000)),
-            range(5461, 10922, node("", 7001)),
+            with_replica,
             range(10923, 16383, node("127.0.0.1", 7000)),
         ]);
         let topology = Topology::parse(&reply, "127.0.0.1").expect("parses");
+        let port = |(_, port): &(String, u16)| *port;
+        assert_eq!(
+            topology.nodes.iter().map(port).collect::<Vec<_>>(),
+            [7000, 7001, 7004]
+        );
         assert_eq!(
             topology.primaries,
             vec![

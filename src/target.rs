@@ -211,6 +211,10 @@ pub(crate) enum Target {
 pub(crate) struct ClusterSeeds {
     /// One client per node named, with the data nodes' credentials.
     seeds: Vec<Client>,
+    /// The other nodes the last topology read named (primaries and
+    /// replicas): asked too, so that the node outlives the ones its URL
+    /// names.
+    learned: std::sync::Mutex<Vec<Client>>,
     /// The credentials; the address is set per primary.
     data: ConnectionInfo,
     name: Arc<str>,
@@ -302,6 +306,7 @@ impl ClusterSeeds {
         let first = hosts.split(',').next().unwrap_or_default();
         Ok(ClusterSeeds {
             seeds,
+            learned: std::sync::Mutex::default(),
             data,
             name: format!("cluster@{first}").into(),
         })
@@ -313,13 +318,36 @@ impl ClusterSeeds {
         Client::open(info).map_err(|err| NodeErrorKind::Redis(Arc::new(err)))
     }
 
-    /// The topology as the first seed to answer `CLUSTER SLOTS` tells it
-    /// (all asked at once, each within `timeout`). Fails, saying what each
-    /// seed answered, when none does.
+    /// The topology as the first node to answer `CLUSTER SLOTS` tells it:
+    /// the nodes of the URL and those the last topology read named, all
+    /// asked at once, each within `timeout`. Fails, saying what each node
+    /// answered, when none does. Remembers the nodes the topology names.
     ///
-    /// Cancel safe: it only reads.
+    /// Cancel safe: it only reads (and replaces the nodes it remembers).
     pub(crate) async fn topology(&self, timeout: Duration) -> Result<Topology, NodeErrorKind> {
-        first_answer(&self.seeds, timeout, |seed| async move {
+        let mut asked = self.seeds.clone();
+        asked.extend(crate::tasks::lock(&self.learned).iter().cloned());
+        let topology = self.read_topology(&asked, timeout).await?;
+        let named = |client: &Client| client.get_connection_info().addr().to_string();
+        let known: Vec<String> = self.seeds.iter().map(named).collect();
+        let learned = topology
+            .nodes
+            .iter()
+            .filter_map(|(host, port)| self.client(host.clone(), *port).ok())
+            .filter(|client| !known.contains(&named(client)))
+            .collect();
+        *crate::tasks::lock(&self.learned) = learned;
+        Ok(topology)
+    }
+
+    /// The topology as the first of `nodes` to answer `CLUSTER SLOTS`
+    /// tells it (see [`topology`](Self::topology)).
+    async fn read_topology(
+        &self,
+        nodes: &[Client],
+        timeout: Duration,
+    ) -> Result<Topology, NodeErrorKind> {
+        first_answer(nodes, timeout, |seed| async move {
             let host = match seed.get_connection_info().addr() {
                 ConnectionAddr::Tcp(host, _) => host.clone(),
                 _ => String::new(),

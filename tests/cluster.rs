@@ -9,7 +9,8 @@
 //! the lock) gives no second holder, for a client that knew the cluster and
 //! for a fresh one, tells the holder at once, and locks work again through
 //! the same URL once the grace has passed. A node whose primary was frozen
-//! (a call timed out) is used again within moments of its answering.
+//! (a call timed out) is used again within moments of its answering; a
+//! cluster outlives the one node its URL names.
 
 mod support;
 
@@ -263,5 +264,24 @@ async fn a_cluster_node_comes_back_after_a_primary_was_frozen() {
         "locked {:?} after the primary answered again",
         resumed.elapsed()
     );
+    guard.unlock().await.unwrap();
+}
+
+/// The URL names one node of the cluster, which dies: the client reads the
+/// topology from the nodes the cluster told it of (the other primaries, the
+/// replica promoted in its place), and locks again once the grace has
+/// passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_outlives_the_node_its_url_names() {
+    let mut cluster = Cluster::start(3, 1);
+    let only = format!("redis+cluster://127.0.0.1:{}", cluster.primaries[0].port());
+    let grace = Duration::from_secs(2);
+    let redlock = builder(&only).restart_grace(grace).build().unwrap();
+    let ttl = Duration::from_secs(1);
+    support::lock_once(&redlock, "cluster:first-contact", ttl).await;
+    cluster.primaries[0].kill();
+    cluster.wait_promoted(&cluster.replicas[0][0]);
+    let within = grace + Duration::from_secs(20);
+    let guard = support::locks_again(&redlock, "cluster:after", within).await;
     guard.unlock().await.unwrap();
 }
