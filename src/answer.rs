@@ -206,12 +206,31 @@ pub enum NotCounted {
         /// How long until it counts again (zero: due, being recorded).
         counts_in: Duration,
     },
+    /// The node's wall clock stepped forward by more than the clock
+    /// tolerance (see
+    /// [`RedlockBuilder::clock_tolerance`](crate::RedlockBuilder::clock_tolerance)),
+    /// which expires its keys early: it is asked, but its grants do not
+    /// count until the restart grace has passed since the step was seen.
+    ClockStepped {
+        /// How far ahead it stepped, about (zero where a note another client
+        /// wrote told it).
+        ahead: Duration,
+        /// How the step was seen, in words.
+        why: String,
+        /// How long until it counts again.
+        counts_in: Duration,
+    },
 }
 
 impl NotCounted {
     /// Whether the node is recovering from a restart.
     pub fn is_recovering(&self) -> bool {
         matches!(self, NotCounted::Recovering { .. })
+    }
+
+    /// Whether the node is held back because its clock stepped forward.
+    pub fn is_clock_stepped(&self) -> bool {
+        matches!(self, NotCounted::ClockStepped { .. })
     }
 }
 
@@ -240,6 +259,21 @@ impl fmt::Display for NotCounted {
                     counts_in.as_secs_f64()
                 )
             }
+            NotCounted::ClockStepped {
+                ahead,
+                why,
+                counts_in,
+            } => write!(
+                f,
+                "held back: its clock stepped forward{} ({why}), which expires keys early; \
+                 counts again in {:.1} s",
+                if ahead.is_zero() {
+                    String::new()
+                } else {
+                    format!(" by {:.1} s", ahead.as_secs_f64())
+                },
+                counts_in.as_secs_f64()
+            ),
         }
     }
 }

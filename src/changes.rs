@@ -1,12 +1,13 @@
 //! Server changes: when the server behind a node changed (a restart, or a
-//! replica that took over as primary), so that a held lock whose keys may
-//! have gone with the old server is told at once ([`Holding::lost`]), not
-//! at its next extension.
+//! replica that took over as primary), or its clock stepped forward, so
+//! that a held lock whose keys may have gone is told at once
+//! ([`Holding::lost`]), not at its next extension.
 //!
 //! The standings ([`ServerChanges::changed`]) note a change when a check
 //! finds a node's incarnation (its `run_id` and replication id) differing
 //! from the one this client knew, and the new server may have lost keys (it
-//! is not a restarted durable server). Each change takes the next number of
+//! is not a restarted durable server), and when a node's clock is seen to
+//! have stepped forward (see `clock.rs`). Each change takes the next number of
 //! a client-wide counter; each node keeps the number of its last change.
 //!
 //! A lock remembers the nodes whose grants counted for it (its *holders*)
@@ -33,6 +34,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::Notify;
 
+use crate::error::LostReason;
+
+/// What changed on a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// The server behind it: a restart or a failover, to this `run_id`.
+    Server(String),
+    /// Its clock stepped forward, by about this much.
+    Clock(std::time::Duration),
+}
+
 /// The server changes of one client's nodes.
 #[derive(Debug)]
 pub(crate) struct ServerChanges {
@@ -40,9 +52,9 @@ pub(crate) struct ServerChanges {
     count: AtomicU64,
     /// Per node, the number of its last change (0: none).
     last: Box<[AtomicU64]>,
-    /// Per node, its name and the `run_id` of its last change.
+    /// Per node, its name and its last change.
     names: Vec<Arc<str>>,
-    run_ids: Mutex<Vec<String>>,
+    last_changes: Mutex<Vec<Option<Change>>>,
     /// Woken at each change.
     pub(crate) noted: Notify,
 }
@@ -52,7 +64,7 @@ impl ServerChanges {
         ServerChanges {
             count: AtomicU64::new(0),
             last: names.iter().map(|_| AtomicU64::new(0)).collect(),
-            run_ids: Mutex::new(vec![String::new(); names.len()]),
+            last_changes: Mutex::new(vec![None; names.len()]),
             names,
             noted: Notify::new(),
         }
@@ -64,11 +76,11 @@ impl ServerChanges {
         self.count.load(Ordering::Acquire)
     }
 
-    /// Notes that the server behind node `index` changed to `run_id` and
-    /// may have lost keys; wakes every lease watcher.
-    pub(crate) fn changed(&self, index: usize, run_id: &str) {
-        if let Some(run_ids) = crate::tasks::lock(&self.run_ids).get_mut(index) {
-            *run_ids = run_id.to_owned();
+    /// Notes that node `index` changed (`change`) and may have lost keys;
+    /// wakes every lease watcher.
+    pub(crate) fn changed(&self, index: usize, change: Change) {
+        if let Some(last) = crate::tasks::lock(&self.last_changes).get_mut(index) {
+            *last = Some(change);
         }
         let number = self.count.fetch_add(1, Ordering::AcqRel) + 1;
         if let Some(last) = self.last.get(index) {
@@ -84,17 +96,24 @@ impl ServerChanges {
             .is_some_and(|last| last.load(Ordering::Acquire) > since)
     }
 
-    /// Node `index`'s name and the `run_id` of its last change.
-    fn describe(&self, index: usize) -> (String, String) {
-        let name = self
+    /// Why a lock whose holder node `index` changed is lost.
+    fn describe(&self, index: usize) -> LostReason {
+        let node = self
             .names
             .get(index)
             .map_or_else(String::new, |name| name.to_string());
-        let run_id = crate::tasks::lock(&self.run_ids)
+        let change = crate::tasks::lock(&self.last_changes)
             .get(index)
             .cloned()
-            .unwrap_or_default();
-        (name, run_id)
+            .flatten();
+        match change {
+            Some(Change::Clock(ahead)) => LostReason::ClockStepped { node, ahead },
+            Some(Change::Server(run_id)) => LostReason::ServerChanged { node, run_id },
+            None => LostReason::ServerChanged {
+                node,
+                run_id: String::new(),
+            },
+        }
     }
 }
 
@@ -160,9 +179,9 @@ impl Holding {
     }
 
     /// If too few holders are left unchanged in `changes` (the client's) for
-    /// a quorum: the node (name, new `run_id`) whose change left too few.
-    /// One atomic load when no server has changed since the round.
-    pub(crate) fn lost(&self, changes: &ServerChanges) -> Option<(String, String)> {
+    /// a quorum: why, naming the node whose change left too few. One atomic
+    /// load when no server has changed since the round.
+    pub(crate) fn lost(&self, changes: &ServerChanges) -> Option<LostReason> {
         if changes.now() <= self.since {
             return None;
         }
@@ -195,23 +214,42 @@ mod tests {
     #[test]
     fn a_lock_is_lost_when_too_few_unchanged_holders_are_left() {
         let changes = changes(5);
-        changes.changed(0, "old-change");
+        changes.changed(0, server("old-change"));
         let since = changes.now();
         let bare = Holding::new(Holders::of(0..3, 5), since, 3);
         let wide = Holding::new(Holders::List([0, 1, 2, 3].into()), since, 3);
         assert_eq!(bare.lost(&changes), None, "a change before the round");
-        changes.changed(4, "r4");
+        changes.changed(4, server("r4"));
         assert_eq!(bare.lost(&changes), None, "a node that does not hold it");
-        changes.changed(1, "r1");
+        changes.changed(1, server("r1"));
+        assert_eq!(bare.lost(&changes), Some(lost("n1", "r1")));
+        assert_eq!(wide.lost(&changes), None, "three unchanged holders left");
+        changes.changed(3, server("r3"));
+        assert_eq!(wide.lost(&changes), Some(lost("n3", "r3")));
+    }
+
+    fn server(run_id: &str) -> Change {
+        Change::Server(run_id.to_owned())
+    }
+
+    fn lost(node: &str, run_id: &str) -> LostReason {
+        LostReason::ServerChanged {
+            node: node.to_owned(),
+            run_id: run_id.to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_clock_step_is_told_as_such() {
+        let changes = changes(3);
+        let bare = Holding::new(Holders::of(0..2, 3), changes.now(), 2);
+        changes.changed(1, Change::Clock(std::time::Duration::from_secs(30)));
         assert_eq!(
             bare.lost(&changes),
-            Some(("n1".to_owned(), "r1".to_owned()))
-        );
-        assert_eq!(wide.lost(&changes), None, "three unchanged holders left");
-        changes.changed(3, "r3");
-        assert_eq!(
-            wide.lost(&changes),
-            Some(("n3".to_owned(), "r3".to_owned()))
+            Some(LostReason::ClockStepped {
+                node: "n1".to_owned(),
+                ahead: std::time::Duration::from_secs(30),
+            })
         );
     }
 

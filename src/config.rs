@@ -35,6 +35,8 @@ pub(crate) struct Config {
     pub(crate) fencing_counter_key: Arc<[u8]>,
     pub(crate) release_notifications: bool,
     pub(crate) restart_grace: Duration,
+    /// The largest clock step not seen (zero: steps are not watched).
+    pub(crate) clock_tolerance: Duration,
     pub(crate) trust_durable_nodes: bool,
     pub(crate) strict_restarts: bool,
     /// How many replicas must acknowledge a grant (`WAIT`) before it counts.
@@ -140,6 +142,7 @@ impl Default for Config {
                 .into(),
             release_notifications: true,
             restart_grace: RedlockBuilder::DEFAULT_RESTART_GRACE,
+            clock_tolerance: RedlockBuilder::DEFAULT_CLOCK_TOLERANCE,
             trust_durable_nodes: true,
             replica_acks: 0,
             strict_restarts: false,
@@ -207,6 +210,10 @@ impl RedlockBuilder {
     /// restarted without durable data does not count, at least. Each client
     /// also covers the longest TTL it has used itself.
     pub const DEFAULT_RESTART_GRACE: Duration = Duration::from_secs(60);
+    /// Default [clock tolerance](Self::clock_tolerance): the largest step of
+    /// a node's clock that is not held against it, and what every lock's
+    /// validity is shortened by.
+    pub const DEFAULT_CLOCK_TOLERANCE: Duration = Duration::from_millis(100);
     /// Default key of each node's fencing counter (one per node, shared by
     /// all resources), used with [`fencing`](Self::fencing) on.
     pub const DEFAULT_FENCING_COUNTER_KEY: &'static str = "quorlock-fencing-counter";
@@ -410,6 +417,31 @@ impl RedlockBuilder {
         self
     }
 
+    /// How far a node's wall clock may step forward unseen. Redis expires
+    /// keys by its wall clock, so a node whose clock steps forward (NTP
+    /// stepping instead of slewing, a resumed VM) loses its keys early.
+    /// The client reads every node's clock (`TIME`, pipelined with each
+    /// acquisition, and once a second in the background) and compares it
+    /// with its own monotonic clock and with the other nodes: a node whose
+    /// clock surely ran ahead by more than the tolerance has *stepped*, and
+    /// its grants do not count for the restart grace (see
+    /// [`restart_grace`](Self::restart_grace), and the safety argument in
+    /// the crate docs, "Clock steps"). A vote whose reading cannot rule out
+    /// such a step (a round trip too long to tell) does not count either.
+    ///
+    /// Every lock's validity is shortened by the tolerance, since a smaller
+    /// step goes unseen. Set it above twice your round trip to the nodes
+    /// (their readings are as precise as the round trip): the default,
+    /// [`DEFAULT_CLOCK_TOLERANCE`](Self::DEFAULT_CLOCK_TOLERANCE) (100 ms),
+    /// suits nodes on one network; NTP steps a clock only when it is off by
+    /// more than 128 ms, and slews it otherwise. Zero switches the watch off
+    /// (no `TIME` is sent, and validity is not shortened): a step forward
+    /// can then grant a second holder. At most 1 hour.
+    pub fn clock_tolerance(mut self, tolerance: Duration) -> Self {
+        self.config.clock_tolerance = tolerance;
+        self
+    }
+
     /// Whether a node that runs `appendonly yes` with `appendfsync always`
     /// counts at once after a restart: every acknowledged write is on disk
     /// before the reply, so the keys survive with their expiry. Off, such a
@@ -555,6 +587,9 @@ impl Config {
         }
         if self.restart_grace > MAX_TTL {
             return Err(invalid_option("restart_grace", "must be at most 365 days"));
+        }
+        if self.clock_tolerance > Duration::from_secs(3600) {
+            return Err(invalid_option("clock_tolerance", "must be at most 1 hour"));
         }
         for (option, value) in [
             ("node_timeout", self.node_timeout),

@@ -178,6 +178,17 @@ impl Link {
         crate::tasks::lock(&self.state)
     }
 
+    /// The connection if there is one ready, without connecting.
+    pub(crate) fn ready(&self) -> Option<Handle> {
+        match &self.state().1 {
+            State::Ready { id, connection, .. } => Some(Handle {
+                connection: connection.clone(),
+                id: *id,
+            }),
+            _ => None,
+        }
+    }
+
     /// The connection, connecting first if there is none (sharing an attempt
     /// under way). Not bounded here: the caller bounds its own wait, and the
     /// attempt is bounded by the connect timeout.

@@ -174,7 +174,7 @@ impl Engine {
 
     /// Checks a TTL and returns it in whole milliseconds with its drift.
     pub(crate) fn ttl(&self, ttl: std::time::Duration) -> Result<Ttl> {
-        let checked = Ttl::new(ttl, self.config.drift_factor)
+        let checked = Ttl::new(ttl, self.config.drift_factor, self.config.clock_tolerance)
             .map_err(|reason| Error::InvalidTtl { ttl, reason })?;
         // The restart grace covers the longest TTL this client uses.
         self.standings.note_ttl(checked.millis);
@@ -435,6 +435,7 @@ fn standings(targets: &[Target], config: &Config) -> Arc<Standings> {
             trust_durable: config.trust_durable_nodes,
             strict: config.strict_restarts,
             drift_factor: config.drift_factor,
+            clock_tolerance: config.clock_tolerance,
         },
         standing::RecordKeys::new(&config.key_prefix, config.slotted),
         crate::scripts::for_client(config.fencing),
@@ -443,15 +444,16 @@ fn standings(targets: &[Target], config: &Config) -> Arc<Standings> {
     )
 }
 
-/// How the standings record a node's `run_id` on another node (see
-/// `standing.rs`), through the nodes, which the standings do not know.
+/// How the standings run their errands on a node (record a node's
+/// `run_id`, note a clock step, read a clock: see `standing.rs`), through
+/// the nodes, which the standings do not know.
 fn recorder(nodes: &Arc<[Node]>, keys: standing::RecordKeys) -> standing::Recorder {
     let weak = Arc::downgrade(nodes);
-    standing::Recorder(Arc::new(move |index, incarnation| {
+    standing::Recorder(Arc::new(move |index, errand| {
         let (weak, keys) = (weak.clone(), keys.clone());
         async move {
             match weak.upgrade() {
-                Some(nodes) => nodes[index].record_incarnation(keys, incarnation).await,
+                Some(nodes) => nodes[index].errand(keys, errand).await,
                 None => Ok(()),
             }
         }

@@ -335,6 +335,16 @@ pub enum LostReason {
         /// The new server's `run_id`, where known.
         run_id: String,
     },
+    /// The wall clock of a node that held the lock's key stepped forward
+    /// (by more than the clock tolerance), which expires keys early: it may
+    /// have lost the key, leaving fewer than a quorum of nodes that surely
+    /// hold it. Told as soon as the client sees the step.
+    ClockStepped {
+        /// The node whose step left too few holders (`host:port`).
+        node: String,
+        /// How far ahead its clock stepped, about.
+        ahead: std::time::Duration,
+    },
     /// The holder released the lock, or gave it up: the guard was unlocked,
     /// dropped or forgotten. Only [`LockGuard::lost`](crate::LockGuard::lost)
     /// futures that outlive their guard tell this.
@@ -368,6 +378,12 @@ impl fmt::Display for LostReason {
                 f,
                 "the server behind node {node} changed (now run_id {run_id}: a restart or a \
                  failover) and may have lost the key, leaving fewer than a quorum of holders"
+            ),
+            LostReason::ClockStepped { node, ahead } => write!(
+                f,
+                "the wall clock of node {node} stepped forward by {:.1} s, which expires keys \
+                 early: it may have lost the key, leaving fewer than a quorum of holders",
+                ahead.as_secs_f64()
             ),
             LostReason::Released => f.write_str("released by its holder"),
         }

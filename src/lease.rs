@@ -128,8 +128,8 @@ impl Validity {
         if let Some(ending) = &self.ended {
             return Some(ending.clone());
         }
-        if let Some((node, run_id)) = watch.holding.lost(watch.changes) {
-            return Some((LostReason::ServerChanged { node, run_id }, None));
+        if let Some(reason) = watch.holding.lost(watch.changes) {
+            return Some((reason, None));
         }
         (now >= self.valid_until)
             .then(|| (self.on_expiry.clone()).unwrap_or((LostReason::Expired, None)))

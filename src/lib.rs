@@ -317,6 +317,7 @@
 
 mod answer;
 mod changes;
+mod clock;
 mod cluster;
 mod meter;
 mod quorum;

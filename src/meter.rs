@@ -163,6 +163,7 @@ pub(crate) fn not_counted(reason: &crate::answer::NotCounted) {
             NotCounted::Unchecked { .. } => "unchecked",
             NotCounted::Unresponsive { .. } => "unresponsive",
             NotCounted::Recovering { .. } => "recovering",
+            NotCounted::ClockStepped { .. } => "clock_stepped",
         };
         metrics::counter!("quorlock_nodes_not_counted_total", "reason" => reason).increment(1);
     }

@@ -21,12 +21,12 @@ use std::time::Duration;
 use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use crate::answer::{Answer, NodeError, NodeErrorKind, NotCounted};
+use crate::clock::Reading;
 use crate::connection::{self, Connection, Link};
 use crate::queue::{self, Place};
 use crate::request::{LockId, Request, Shape};
 use crate::scripts;
-use crate::standing::RecordKeys;
-use crate::standing::Standings;
+use crate::standing::{Errand, RecordKeys, Standings};
 use crate::target::Target;
 use crate::tasks;
 
@@ -296,7 +296,68 @@ impl Node {
     /// nested futures per node).
     pub(crate) fn send(&self, request: &Request) -> BoxFuture<'static, Answer> {
         let (purpose, call, reply) = plan(request);
-        Box::pin(self.call(purpose, call, reply))
+        // A vote that can grant a new key reads the node's clock after it,
+        // in the same request (see `clock.rs`).
+        let timed = matches!(request, Request::Acquire { .. } | Request::Wait { .. })
+            && self.shared.standing.standings.clock_on();
+        Box::pin(self.call(purpose, call, reply, timed))
+    }
+
+    /// Runs `errand` of the standings on this node (see [`Errand`]), bounded
+    /// by the connect timeout.
+    pub(crate) fn errand(
+        &self,
+        keys: RecordKeys,
+        errand: Errand,
+    ) -> BoxFuture<'static, Result<(), NodeError>> {
+        match errand {
+            Errand::Record(incarnation) => self.record_incarnation(keys, incarnation).boxed(),
+            Errand::NoteClockStep { run_id, hold_ms } => {
+                let mut cmd = evalsha(&scripts::CLOCK_NOTE, 1, 2);
+                cmd.arg(&*keys.clock_steps).arg(&*run_id).arg(hold_ms);
+                let call = script(cmd, &scripts::CLOCK_NOTE);
+                self.call(Purpose::Read, call, Reply::Any, false)
+                    .map(|answer| match answer {
+                        Answer::Failed(err) | Answer::Unsent(err) => Err(err),
+                        _ => Ok(()),
+                    })
+                    .boxed()
+            }
+            Errand::ReadClock => self.read_clock().boxed(),
+        }
+    }
+
+    /// Reads the node's clock (`TIME`) into its history, if the node is
+    /// connected (the background reading, see `clock.rs`).
+    fn read_clock(&self) -> impl Future<Output = Result<(), NodeError>> + Send + 'static {
+        let shared = self.shared.clone();
+        async move {
+            let Some(handle) = shared.link.ready() else {
+                return Ok(());
+            };
+            let mut connection = handle.connection;
+            let sent = std::time::Instant::now();
+            let cmd = redis::cmd("TIME");
+            let time = cmd.query_async::<Value>(&mut connection);
+            let reply = match tokio::time::timeout(shared.connect_timeout, time).await {
+                Ok(Ok(reply)) => reply,
+                Ok(Err(err)) => {
+                    let kind = NodeErrorKind::Redis(Arc::new(err));
+                    return Err(NodeError::new(shared.name.clone(), kind));
+                }
+                Err(_) => {
+                    let kind = NodeErrorKind::Timeout(shared.connect_timeout);
+                    return Err(NodeError::new(shared.name.clone(), kind));
+                }
+            };
+            let received = std::time::Instant::now();
+            if let Some(reading) = Reading::from_reply(&reply, sent, received) {
+                let standing = &shared.standing;
+                // A step is acted on inside (held back, noted, told).
+                let _ = standing.standings.see_clock(standing.index, &reading);
+            }
+            Ok(())
+        }
     }
 
     /// Records `incarnation` in the node's record of incarnations that
@@ -309,7 +370,7 @@ impl Node {
     ) -> impl Future<Output = Result<(), NodeError>> + Send + 'static {
         let calls = keys.adds(&[&*incarnation]).map(|cmd| {
             let call = Call::Command { cmd, script: None };
-            self.call(Purpose::Read, call, Reply::Any)
+            self.call(Purpose::Read, call, Reply::Any, false)
         });
         futures::future::join_all(calls).map(|answers| {
             match answers.into_iter().find_map(|answer| match answer {
@@ -347,7 +408,7 @@ impl Node {
             let name = shared.name.clone();
             let bound = shared.connect_timeout;
             let reply = match tokio::time::timeout(bound, shared.exchange(&call)).await {
-                Ok(Ok((reply, _))) => reply,
+                Ok(Ok(Exchanged { reply, .. })) => reply,
                 Ok(Err(kind)) => return Err(NodeError::new(name, kind)),
                 Err(_) => return Err(NodeError::new(name, NodeErrorKind::Timeout(bound))),
             };
@@ -400,6 +461,7 @@ impl Node {
         purpose: Purpose,
         call: Call,
         reply: Reply,
+        timed: bool,
     ) -> impl Future<Output = Answer> + Send + 'static {
         let skipped = purpose == Purpose::Vote
             && (self.shared.standing.standings).is_skipped(self.shared.standing.index);
@@ -420,10 +482,19 @@ impl Node {
             // Read only where a grant waits for its replicas.
             let started = (shared.replica_acks > 0).then(std::time::Instant::now);
             let exchange = async {
-                let (value, legacy) = shared.exchange(&call).await?;
-                let answer = reply.read(value, legacy).unwrap_or_else(|value| {
-                    Answer::Failed(unexpected(shared.name.clone(), &value))
-                });
+                let exchanged = if timed {
+                    Box::pin(shared.timed_exchange(&call)).await?
+                } else {
+                    shared.exchange(&call).await?
+                };
+                let answer =
+                    (reply.read(exchanged.reply, exchanged.legacy)).unwrap_or_else(|value| {
+                        Answer::Failed(unexpected(shared.name.clone(), &value))
+                    });
+                let answer = match exchanged.clock {
+                    Some(reading) => shared.clock_checked(answer, &reading),
+                    None => answer,
+                };
                 match started {
                     // Boxed: every call's future (one type for all) stays
                     // the size it is without the option.
@@ -490,15 +561,39 @@ impl Shared {
         Ok(Answer::Failed(NodeError::new(self.name.clone(), kind)))
     }
 
+    /// A vote's `answer` with what the node's clock, read after it, shows
+    /// (see `clock.rs`): a grant of a node whose clock stepped, or may
+    /// have, does not count.
+    fn clock_checked(&self, answer: Answer, reading: &Reading) -> Answer {
+        let standing = &self.standing;
+        match standing.standings.see_clock(standing.index, reading) {
+            Err(reason) if answer.is_granted() => {
+                let kind = NodeErrorKind::NotCounted(Arc::new(reason));
+                Answer::Failed(NodeError::new(self.name.clone(), kind))
+            }
+            _ => answer,
+        }
+    }
+
     /// Runs `call` on the link's connection (connecting first if needed),
     /// with its fallbacks; a call that shows the connection broken marks it
     /// so. The reply comes with whether the legacy command gave it.
-    async fn exchange(&self, call: &Call) -> Result<(Value, bool), NodeErrorKind> {
+    async fn exchange(&self, call: &Call) -> Result<Exchanged, NodeErrorKind> {
+        self.exchange_with(call, false).await
+    }
+
+    /// [`exchange`](Self::exchange), with `TIME` pipelined after the call:
+    /// the reply comes with the node's clock read after it.
+    async fn timed_exchange(&self, call: &Call) -> Result<Exchanged, NodeErrorKind> {
+        self.exchange_with(call, true).await
+    }
+
+    async fn exchange_with(&self, call: &Call, timed: bool) -> Result<Exchanged, NodeErrorKind> {
         let handle = self.link.connection().await?;
         let id = handle.id();
         let mut connection = handle.connection;
         let outstanding = self.link.outstanding();
-        let answer = self.fallbacks(&mut connection, call).await;
+        let answer = self.fallbacks(&mut connection, call, timed).await;
         drop(outstanding);
         if let Err(err) = &answer
             && connection::is_broken(err)
@@ -516,10 +611,16 @@ impl Shared {
         &self,
         connection: &mut Connection,
         call: &Call,
-    ) -> Result<(Value, bool), RedisError> {
+        timed: bool,
+    ) -> Result<Exchanged, RedisError> {
         let (lock, ttl_ms, counter_key) = match call {
+            Call::Command { cmd, script } if timed => {
+                return Box::pin(run_timed(connection, cmd, *script)).await;
+            }
             Call::Command { cmd, script } => {
-                return run(connection, cmd, *script).await.map(|v| (v, false));
+                return run(connection, cmd, *script)
+                    .await
+                    .map(|reply| Exchanged::plain(reply, false));
             }
             Call::Acquire {
                 lock,
@@ -527,37 +628,49 @@ impl Shared {
                 counter_key,
             } => (lock, *ttl_ms, counter_key.as_deref()),
         };
+        let acquired = AcquireCall {
+            lock,
+            ttl_ms,
+            counter_key,
+            timed,
+        };
         match counter_key {
-            None => self.acquire(connection, lock, ttl_ms, None).await,
+            None if !timed => self.acquire(connection, &acquired).await,
+            None => Box::pin(self.acquire(connection, &acquired)).await,
             // Boxed: the pipeline and the seeding would make every node
             // call's future (one type for all requests) a third larger.
             Some(counter_key) => {
-                let fenced = self.acquire(connection, lock, ttl_ms, Some(counter_key));
-                let (reply, legacy) = Box::pin(fenced).await?;
-                let reply = Box::pin(seeded(connection, lock, counter_key, reply, legacy)).await?;
-                Ok((reply, legacy))
+                let mut exchanged = Box::pin(self.acquire(connection, &acquired)).await?;
+                let legacy = exchanged.legacy;
+                let seeding = seeded(connection, lock, counter_key, exchanged.reply, legacy);
+                exchanged.reply = Box::pin(seeding).await?;
+                Ok(exchanged)
             }
         }
     }
 
     /// [`acquire`], with `SET NX GET` first unless this node refused it
-    /// before; its reply, and whether the legacy `SET NX` gave it.
+    /// before; its reply, with whether the legacy `SET NX` gave it.
     async fn acquire(
         &self,
         connection: &mut Connection,
-        lock: &LockId,
-        ttl_ms: u64,
-        counter_key: Option<&[u8]>,
-    ) -> Result<(Value, bool), RedisError> {
+        call: &AcquireCall<'_>,
+    ) -> Result<Exchanged, RedisError> {
         let legacy = self.legacy_set.load(Ordering::Relaxed);
-        match acquire(connection, lock, ttl_ms, counter_key, !legacy).await {
+        match acquire(connection, call, !legacy).await {
             Err(err) if !legacy && is_syntax_error(&err) => {
                 tracing::debug!("SET NX GET refused (Redis < 7.0): using SET NX on this node");
                 self.legacy_set.store(true, Ordering::Relaxed);
-                let reply = acquire(connection, lock, ttl_ms, counter_key, false).await;
-                reply.map(|reply| (reply, true))
+                let exchanged = acquire(connection, call, false).await;
+                exchanged.map(|exchanged| Exchanged {
+                    legacy: true,
+                    ..exchanged
+                })
             }
-            reply => reply.map(|reply| (reply, legacy)),
+            exchanged => exchanged.map(|exchanged| Exchanged {
+                legacy,
+                ..exchanged
+            }),
         }
     }
 }
@@ -796,28 +909,140 @@ async fn run(
 /// NX PX` from then on.
 async fn acquire(
     connection: &mut Connection,
-    lock: &LockId,
-    ttl_ms: u64,
-    counter_key: Option<&[u8]>,
+    call: &AcquireCall<'_>,
     with_get: bool,
-) -> Result<Value, RedisError> {
+) -> Result<Exchanged, RedisError> {
+    let AcquireCall {
+        lock,
+        ttl_ms,
+        counter_key,
+        timed,
+    } = *call;
     let mut set = Cmd::with_capacity(7, 16 + lock.key.len() + lock.token.len());
     set.arg("SET").arg(&*lock.key).arg(&*lock.token).arg("NX");
     if with_get {
         set.arg("GET");
     }
     set.arg("PX").arg(ttl_ms);
-    let request = match counter_key {
-        None => Sent::One(set),
-        Some(counter_key) => {
-            let mut incr = Cmd::with_capacity(2, 4 + counter_key.len());
-            incr.arg("INCR").arg(counter_key);
-            let mut pipeline = redis::Pipeline::with_capacity(2);
-            pipeline.add_command(set).add_command(incr);
+    let request = match (counter_key, timed) {
+        (None, false) => Sent::One(set),
+        (counter_key, _) => {
+            let mut pipeline = redis::Pipeline::with_capacity(3);
+            pipeline.add_command(set);
+            if let Some(counter_key) = counter_key {
+                let mut incr = Cmd::with_capacity(2, 4 + counter_key.len());
+                incr.arg("INCR").arg(counter_key);
+                pipeline.add_command(incr);
+            }
+            if timed {
+                pipeline.cmd("TIME");
+            }
             Sent::Pipelined(pipeline)
         }
     };
-    request.query(connection).await
+    let sent = std::time::Instant::now();
+    let reply = request.query(connection).await?;
+    if !timed {
+        return Ok(Exchanged::plain(reply, false));
+    }
+    let received = std::time::Instant::now();
+    let unexpected = || RedisError::from((ErrorKind::Parse, "a pipelined TIME without its reply"));
+    let Value::Array(mut items) = reply else {
+        return Err(unexpected());
+    };
+    let time = items.pop().ok_or_else(unexpected)?;
+    let reply = match (counter_key, items.pop()) {
+        (None, Some(reply)) if items.is_empty() => reply,
+        (Some(_), Some(counter)) => {
+            items.push(counter);
+            Value::Array(items)
+        }
+        _ => return Err(unexpected()),
+    };
+    Ok(Exchanged {
+        reply,
+        legacy: false,
+        clock: Reading::from_reply(&time, sent, received),
+    })
+}
+
+/// What a [`Call::Acquire`] sends.
+#[derive(Clone, Copy)]
+struct AcquireCall<'a> {
+    lock: &'a LockId,
+    ttl_ms: u64,
+    counter_key: Option<&'a [u8]>,
+    /// With `TIME` pipelined after it.
+    timed: bool,
+}
+
+/// A node's reply to a call.
+struct Exchanged {
+    reply: Value,
+    /// The legacy command (`SET NX` before Redis 7.0) gave it.
+    legacy: bool,
+    /// The node's clock, read after the call (a timed call).
+    clock: Option<Reading>,
+}
+
+impl Exchanged {
+    fn plain(reply: Value, legacy: bool) -> Self {
+        Exchanged {
+            reply,
+            legacy,
+            clock: None,
+        }
+    }
+}
+
+/// [`run`], with `TIME` pipelined after `cmd`: the reply, with the node's
+/// clock read after it. A server's error in reply to `cmd` is the error.
+async fn run_timed(
+    connection: &mut Connection,
+    cmd: &Cmd,
+    script: Option<&Script>,
+) -> Result<Exchanged, RedisError> {
+    let mut pipeline = redis::Pipeline::with_capacity(2);
+    pipeline
+        .ignore_errors()
+        .add_command(cmd.clone())
+        .cmd("TIME");
+    let mut loaded = false;
+    loop {
+        let sent = std::time::Instant::now();
+        let reply: Value = pipeline.query_async(connection).await?;
+        let received = std::time::Instant::now();
+        let (reply, time) = match reply {
+            Value::Array(mut items) if items.len() == 2 => {
+                let time = items.pop();
+                (items.pop(), time)
+            }
+            _ => (None, None),
+        };
+        match (reply, script) {
+            (Some(Value::ServerError(err)), Some(script))
+                if !loaded && err.kind() == Some(ServerErrorKind::NoScript) =>
+            {
+                script.prepare_invoke().load_async(connection).await?;
+                loaded = true;
+            }
+            (Some(Value::ServerError(err)), _) => return Err(RedisError::from(err)),
+            (Some(reply), _) => {
+                let clock = time.and_then(|time| Reading::from_reply(&time, sent, received));
+                return Ok(Exchanged {
+                    reply,
+                    legacy: false,
+                    clock,
+                });
+            }
+            (None, _) => {
+                return Err(RedisError::from((
+                    ErrorKind::Parse,
+                    "a pipelined TIME without its reply",
+                )));
+            }
+        }
+    }
 }
 
 /// A command, or commands pipelined in one request.

@@ -59,14 +59,20 @@ pub(crate) struct Ttl {
     pub(crate) duration: Duration,
     /// The same, as Redis' `PX` takes it.
     pub(crate) millis: u64,
-    /// `duration * drift_factor + 2 ms`.
+    /// `duration * drift_factor + 2 ms`, plus the clock tolerance.
     pub(crate) drift: Duration,
 }
 
 impl Ttl {
     /// Checks `ttl` (rounded down to whole milliseconds) for a client whose
-    /// drift factor is `drift_factor`; the error says why it is refused.
-    pub(crate) fn new(ttl: Duration, drift_factor: f64) -> Result<Ttl, &'static str> {
+    /// drift factor is `drift_factor` and clock tolerance `clock_tolerance`
+    /// (the largest step of a node's clock not seen, see `clock.rs`: it
+    /// adds to the allowance); the error says why it is refused.
+    pub(crate) fn new(
+        ttl: Duration,
+        drift_factor: f64,
+        clock_tolerance: Duration,
+    ) -> Result<Ttl, &'static str> {
         let duration = whole_millis(ttl);
         if duration.is_zero() {
             return Err("must be at least 1 ms");
@@ -74,9 +80,12 @@ impl Ttl {
         if duration > MAX_TTL {
             return Err("must be at most 365 days");
         }
-        let drift = drift(duration, drift_factor);
+        let drift = drift(duration, drift_factor).saturating_add(clock_tolerance);
         if validity(duration, Duration::ZERO, drift).is_none() {
-            return Err("too short to leave any validity after the clock-drift allowance");
+            return Err(
+                "too short to leave any validity after the clock-drift allowance and the clock \
+                 tolerance",
+            );
         }
         let millis = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
         Ok(Ttl {

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::answer::{Answer, NodeError};
+use crate::answer::{Answer, NodeError, NotCounted};
 use crate::changes::Holders;
 use crate::meter;
 use crate::quorum::Votes;
@@ -251,6 +251,15 @@ impl Round {
     fn record(&mut self, index: usize, answer: Answer) {
         let counted = match &answer {
             Answer::Granted(_) => self.standings.as_ref().map(|s| s.vote_counts(index)),
+            // A grant the node's clock reading kept from counting (see
+            // `clock.rs`).
+            Answer::Failed(err)
+                if err
+                    .not_counted()
+                    .is_some_and(|reason| !matches!(reason, NotCounted::Unresponsive { .. })) =>
+            {
+                Some(Err(err.clone()))
+            }
             _ => None,
         };
         match (counted, &answer) {

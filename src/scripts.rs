@@ -516,6 +516,23 @@ if counter < tonumber(ARGV[2]) then
 end
 return 1"#;
 
+/// A note of a clock step (see `clock.rs`): in the hash `KEYS[1]`, sets the
+/// field `ARGV[1]` (the `run_id` of the node whose clock stepped) to this
+/// node's time in ms plus `ARGV[2]` (how long that node is held back, ms),
+/// unless it holds a later time already, and keeps the hash for at least
+/// `ARGV[2]`. Returns 1. Loaded on first use (steps are rare).
+pub(crate) static CLOCK_NOTE: LazyLock<Script> = LazyLock::new(|| Script::new(CLOCK_NOTE_CODE));
+const CLOCK_NOTE_CODE: &str = r#"local now = redis.call("time")
+local hold = tonumber(ARGV[2])
+local until_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + hold
+if tonumber(redis.call("hget", KEYS[1], ARGV[1]) or "0") < until_ms then
+    redis.call("hset", KEYS[1], ARGV[1], until_ms)
+end
+if redis.call("pttl", KEYS[1]) < hold then
+    redis.call("pexpire", KEYS[1], hold)
+end
+return 1"#;
+
 /// The code of the scripts a client uses (with fencing on or off), for
 /// `SCRIPT LOAD` at first contact: all of [`CLIENT_SCRIPTS`], or all but the
 /// fencing scripts at its end.

@@ -232,7 +232,8 @@ use redis::{RedisError, RedisResult, Value};
 use tokio::sync::Notify;
 
 use crate::answer::{NodeError, NodeErrorKind, NotCounted};
-use crate::changes::ServerChanges;
+use crate::changes::{Change, ServerChanges};
+use crate::clock::{self, Epoch, History, Lead, Reading, Seen};
 use crate::connection::Connection;
 use crate::quorum;
 use crate::tasks;
@@ -249,6 +250,9 @@ pub(crate) const RECORD_SUFFIX: &str = "quorlock-incarnations";
 /// take every entry of the new form as an incarnation that is gone.
 const INCARNATIONS_TAIL: &str = ":v2";
 
+/// What follows [`RECORD_SUFFIX`] in the key of the notes of clock steps.
+const CLOCK_STEPS_TAIL: &str = ":clock-steps";
+
 /// The keys of each node's record (see the module docs).
 #[derive(Debug, Clone)]
 pub(crate) struct RecordKeys {
@@ -256,6 +260,9 @@ pub(crate) struct RecordKeys {
     pub(crate) incarnations: Arc<[u8]>,
     /// Their bare `run_id`s (and those that older clients recorded).
     pub(crate) run_ids: Arc<[u8]>,
+    /// The notes of clock steps (see `clock.rs`): a hash of `run_id`s, each
+    /// with the time on this node until which that node is held back.
+    pub(crate) clock_steps: Arc<[u8]>,
 }
 
 impl RecordKeys {
@@ -274,9 +281,12 @@ impl RecordKeys {
         }
         let mut incarnations = run_ids.clone();
         incarnations.extend_from_slice(INCARNATIONS_TAIL.as_bytes());
+        let mut clock_steps = run_ids.clone();
+        clock_steps.extend_from_slice(CLOCK_STEPS_TAIL.as_bytes());
         RecordKeys {
             incarnations: incarnations.into(),
             run_ids: run_ids.into(),
+            clock_steps: clock_steps.into(),
         }
     }
 
@@ -307,6 +317,8 @@ pub(crate) struct RestartPolicy {
     pub(crate) trust_durable: bool,
     pub(crate) strict: bool,
     pub(crate) drift_factor: f64,
+    /// The clock tolerance (see `clock.rs`); zero: clocks are not watched.
+    pub(crate) clock_tolerance: Duration,
 }
 
 /// What one check of a node read.
@@ -338,6 +350,11 @@ pub(crate) struct Identity {
     /// A server of a Redis Cluster named as a server of its own (`INFO
     /// cluster`): it would answer `MOVED` for most keys.
     pub(crate) cluster_enabled: bool,
+    /// Its clock, as the check read it (`TIME`).
+    pub(crate) clock: Option<Reading>,
+    /// Its notes of clock steps: `run_id`s, each with how long (ms, by this
+    /// node's clock) the node with that `run_id` is held back.
+    pub(crate) clock_notes: Vec<(String, i64)>,
 }
 
 impl Identity {
@@ -382,6 +399,9 @@ struct Recovery {
     /// from its uptime after a restart; when this client saw it, after a
     /// promotion (whose time no server reports).
     came_back: Instant,
+    /// Held back for a clock step (see `clock.rs`) that put it ahead by
+    /// about this much, rather than for a change of server.
+    clock: Option<Duration>,
 }
 
 /// One node's standing.
@@ -394,6 +414,8 @@ struct Slot {
     skipped: AtomicBool,
     /// Everything else: read only when the node does not count, or by checks.
     detail: Mutex<Detail>,
+    /// The node's recent clock readings (see `clock.rs`).
+    clock: Mutex<History>,
 }
 
 #[derive(Debug, Default)]
@@ -436,9 +458,22 @@ fn came_back(read_at: Instant, uptime: Duration) -> Instant {
         .unwrap_or(read_at)
 }
 
-/// Records a `run_id` on node `j` (`SADD` to its record, bounded by the
-/// connect timeout).
-pub(crate) type RecordFn = dyn Fn(usize, Arc<str>) -> futures::future::BoxFuture<'static, Result<(), NodeError>>
+/// What the standings ask of one node, through the nodes (which they do
+/// not know).
+#[derive(Debug, Clone)]
+pub(crate) enum Errand {
+    /// Record an incarnation (`SADD` to its record).
+    Record(Arc<str>),
+    /// Note that the node with this `run_id` is held back for `hold_ms`
+    /// for a clock step (see `clock.rs`).
+    NoteClockStep { run_id: Arc<str>, hold_ms: u64 },
+    /// Read its clock (`TIME`) into its history, if it is connected: the
+    /// background reading.
+    ReadClock,
+}
+
+/// Runs an [`Errand`] on node `j`, bounded by the connect timeout.
+pub(crate) type RecordFn = dyn Fn(usize, Errand) -> futures::future::BoxFuture<'static, Result<(), NodeError>>
     + Send
     + Sync;
 
@@ -489,6 +524,10 @@ pub(crate) struct Standings {
     /// Per node, whether the server behind it moves in failovers (a
     /// Sentinel node): a replica there is passed over, not refused.
     follows_failovers: Vec<bool>,
+    /// The client's monotonic clock as a number (see `clock.rs`).
+    epoch: Epoch,
+    /// The background reading of the nodes' clocks was started.
+    watching: AtomicBool,
     me: Weak<Standings>,
 }
 
@@ -510,6 +549,7 @@ impl Standings {
                     state: AtomicU8::new(UNCHECKED),
                     skipped: AtomicBool::new(false),
                     detail: Mutex::new(Detail::default()),
+                    clock: Mutex::new(History::default()),
                 })
                 .collect(),
             names,
@@ -527,6 +567,8 @@ impl Standings {
             recorder: OnceLock::new(),
             changes,
             follows_failovers,
+            epoch: Epoch::now(),
+            watching: AtomicBool::new(false),
             me: me.clone(),
         })
     }
@@ -561,9 +603,25 @@ impl Standings {
         if self.policy.grace.is_zero() {
             return Duration::ZERO;
         }
+        self.clock_grace()
+    }
+
+    /// How long a node whose clock stepped is held back: `G` as for a
+    /// restart, and with the restart protection off, the longest TTL used
+    /// with its drift allowance.
+    fn clock_grace(&self) -> Duration {
         let longest = Duration::from_millis(self.longest_ttl_ms.load(Ordering::Relaxed));
         let grace = self.policy.grace.max(longest);
         grace.saturating_add(quorum::drift(grace, self.policy.drift_factor))
+    }
+
+    /// When `recovery` ends: its grace after it came back.
+    fn ends(&self, recovery: &Recovery) -> Instant {
+        let grace = match recovery.clock {
+            Some(_) => self.clock_grace(),
+            None => self.grace(),
+        };
+        recovery.came_back + grace
     }
 
     fn detail(&self, index: usize) -> std::sync::MutexGuard<'_, Detail> {
@@ -600,7 +658,14 @@ impl Standings {
         match slot.state.load(Ordering::Acquire) {
             COUNTS => None,
             RECOVERING => detail.recovery.as_ref().map(|recovery| {
-                let ends = recovery.came_back + self.grace();
+                let ends = self.ends(recovery);
+                if let Some(ahead) = recovery.clock {
+                    return NotCounted::ClockStepped {
+                        ahead,
+                        why: recovery.why.to_owned(),
+                        counts_in: ends.saturating_duration_since(Instant::now()),
+                    };
+                }
                 NotCounted::Recovering {
                     run_id: recovery.run_id.clone(),
                     previous_run_id: recovery.previous_run_id.clone(),
@@ -681,19 +746,18 @@ impl Standings {
         let incarnation = identity.incarnation().unwrap_or_default();
         let run_id = identity.run_id.clone().unwrap_or_default();
         if may_have_lost_keys(&identity, known.as_deref(), self.policy.trust_durable) {
-            self.changes.changed(index, &run_id);
+            self.changes.changed(index, Change::Server(run_id.clone()));
         }
         let recovery = self.detail(index).recovery.clone();
-        let facts = Facts {
-            identity: &identity,
-            known: known.as_deref(),
-            recovery: recovery.as_ref(),
-            grace: self.grace(),
-            policy: self.policy,
-        };
-        let verdict = match judge(&facts) {
-            Verdict::AskRecords => self.ask_records(started).await,
-            verdict => verdict,
+        let verdict = self
+            .verdict(&identity, known.as_deref(), recovery.as_ref(), started)
+            .await;
+        let clock_hold = match &verdict {
+            Verdict::Recovering { .. } => {
+                self.restart_clock(index, &identity);
+                None
+            }
+            _ => self.clock_at_check(index, &identity, started).await,
         };
         let Verdict::Recovering {
             why,
@@ -704,7 +768,10 @@ impl Standings {
             if !incarnation.is_empty() && !identity.record.contains(&incarnation) {
                 record_incarnation(&mut connection, &self.record_keys, &incarnation, name).await?;
             }
-            self.counts(index, incarnation);
+            match clock_hold {
+                None => self.counts(index, incarnation),
+                Some(hold) => self.hold_clock(index, hold),
+            }
             return Ok(identity.major_version);
         };
         let recovery = Recovery {
@@ -720,9 +787,295 @@ impl Standings {
                 Since::Seen => read_at,
                 Since::Kept(at) => at,
             },
+            // A hold kept on a new connection stays what it was.
+            clock: match since {
+                Since::Kept(_) => recovery.and_then(|recovery| recovery.clock),
+                _ => None,
+            },
         };
         self.recovering(index, connection, recovery);
         Ok(identity.major_version)
+    }
+
+    /// The judgment of a check that read `identity` (see [`judge`]), with
+    /// rule 8 asked of the records.
+    async fn verdict(
+        &self,
+        identity: &Identity,
+        known: Option<&str>,
+        recovery: Option<&Recovery>,
+        started: Instant,
+    ) -> Verdict {
+        let facts = Facts {
+            identity,
+            known,
+            recovery,
+            grace: self.grace(),
+            policy: self.policy,
+        };
+        match judge(&facts) {
+            Verdict::AskRecords => self.ask_records(started).await,
+            verdict => verdict,
+        }
+    }
+
+    /// Whether clocks are watched (a tolerance is set).
+    pub(crate) fn clock_on(&self) -> bool {
+        !self.policy.clock_tolerance.is_zero()
+    }
+
+    /// The clock tolerance in µs.
+    fn tolerance_us(&self) -> i64 {
+        i64::try_from(self.policy.clock_tolerance.as_micros()).unwrap_or(i64::MAX)
+    }
+
+    /// What `lead` shows against node `index`'s history (see `clock.rs`).
+    fn see(&self, index: usize, lead: Lead) -> Seen {
+        let window = self.clock_grace();
+        tasks::lock(&self.slots[index].clock).see(lead, self.tolerance_us(), window)
+    }
+
+    /// A server that changed behind node `index`: its clock's history
+    /// starts again from this check's reading.
+    fn restart_clock(&self, index: usize, identity: &Identity) {
+        if let Some(reading) = identity.clock.filter(|_| self.clock_on()) {
+            let lead = self.epoch.lead(&reading);
+            tasks::lock(&self.slots[index].clock).restart(lead);
+        }
+    }
+
+    /// The clock's part of a check (see `clock.rs`): a hold still running,
+    /// a step seen against the history, a first look (after every node's
+    /// first check has read its node, for at most half the connect timeout
+    /// from `started`), or a note that holds the node back.
+    async fn clock_at_check(
+        &self,
+        index: usize,
+        identity: &Identity,
+        started: Instant,
+    ) -> Option<ClockHold> {
+        let reading = identity.clock.filter(|_| self.clock_on())?;
+        if let Some(running) = self.clock_hold_running(index) {
+            return Some(running);
+        }
+        let lead = self.epoch.lead(&reading);
+        match self.see(index, lead) {
+            Seen::Stepped { by_us } => Some(ClockHold::seen(by_us, STEP_SEEN)),
+            Seen::Unwatched => {
+                if !self.all_heard.load(Ordering::Acquire) {
+                    self.wait_for_first_reads(started + self.connect_timeout / 2)
+                        .await;
+                }
+                self.first_look(index, lead)
+                    .or_else(|| self.noted_hold(index, identity))
+            }
+            Seen::Steady | Seen::Unsure { .. } => self.noted_hold(index, identity),
+        }
+    }
+
+    /// Node `index`'s clock hold under way, if one is, to keep on a new
+    /// connection.
+    fn clock_hold_running(&self, index: usize) -> Option<ClockHold> {
+        let detail = self.detail(index);
+        let recovery = detail.recovery.as_ref()?;
+        let ahead = recovery.clock?;
+        (self.slots[index].state.load(Ordering::Acquire) == RECOVERING).then_some(ClockHold {
+            ahead,
+            why: recovery.why,
+            came_back: recovery.came_back,
+            seen_here: false,
+        })
+    }
+
+    /// A first look at node `index`'s clock (see `clock.rs`): held back if
+    /// `lead` is ahead of the lower median of the other nodes' latest leads
+    /// and this client's wall clock by more than the tolerance. Its history
+    /// starts from `lead` either way.
+    fn first_look(&self, index: usize, lead: Lead) -> Option<ClockHold> {
+        let window = self.clock_grace();
+        let others: Vec<i64> = (0..self.slots.len())
+            .filter(|&other| other != index)
+            .filter_map(|other| self.latest_lead(other))
+            .filter(|other| lead.at.saturating_duration_since(other.at) <= window)
+            .map(|other| other.mid())
+            .collect();
+        let ahead_us = clock::ahead_of_others(&lead, &others, self.epoch.own_lead());
+        tasks::lock(&self.slots[index].clock).restart(lead);
+        (ahead_us > self.tolerance_us()).then(|| ClockHold::seen(ahead_us, FIRST_LOOK))
+    }
+
+    /// Node `index`'s latest lead: its history's, or its last check's.
+    fn latest_lead(&self, index: usize) -> Option<Lead> {
+        let kept = tasks::lock(&self.slots[index].clock).latest();
+        let checked = (self.detail(index).identity.as_ref())
+            .and_then(|identity| identity.clock)
+            .map(|reading| self.epoch.lead(&reading));
+        match (kept, checked) {
+            (Some(kept), Some(checked)) if checked.at > kept.at => Some(checked),
+            (kept, checked) => kept.or(checked),
+        }
+    }
+
+    /// A hold of node `index` that a note on some node asks for: the
+    /// longest time a note read holds its `run_id` back.
+    fn noted_hold(&self, index: usize, identity: &Identity) -> Option<ClockHold> {
+        let run_id = identity.run_id.as_deref()?;
+        let longest_ms = (0..self.slots.len())
+            .filter_map(|node| {
+                let detail = self.detail(node);
+                let notes = &detail.identity.as_ref()?.clock_notes;
+                notes
+                    .iter()
+                    .filter(|(noted, _)| noted == run_id)
+                    .map(|(_, left_ms)| *left_ms)
+                    .max()
+            })
+            .max()
+            .filter(|left_ms| *left_ms > 0)?;
+        let left = Duration::from_millis(longest_ms.unsigned_abs());
+        let now = Instant::now();
+        let grace = self.clock_grace();
+        let came_back = match left.checked_sub(grace) {
+            Some(beyond) => now + beyond,
+            None => now.checked_sub(grace - left).unwrap_or(now),
+        };
+        let _ = index;
+        Some(ClockHold {
+            ahead: Duration::ZERO,
+            why: NOTED,
+            came_back,
+            seen_here: false,
+        })
+    }
+
+    /// What a vote's reading of node `index`'s clock (`TIME`, pipelined
+    /// after the vote) shows (see `clock.rs`): `Err` with why the vote does
+    /// not count if the clock stepped (the node is then held back) or may
+    /// have. Also fed with the background readings.
+    pub(crate) fn see_clock(&self, index: usize, reading: &Reading) -> Result<(), NotCounted> {
+        if !self.clock_on() {
+            return Ok(());
+        }
+        let lead = self.epoch.lead(reading);
+        let hold = match self.see(index, lead) {
+            Seen::Steady => return Ok(()),
+            Seen::Unsure { by_us } => {
+                return Err(NotCounted::Unchecked {
+                    reason: format!(
+                        "its clock reading cannot rule out a step forward beyond the clock \
+                         tolerance (up to {:.0} ms ahead): the round trip ({:.0} ms) is too \
+                         long to tell; raise the clock tolerance above twice the round trip",
+                        micros(by_us).as_secs_f64() * 1000.0,
+                        (reading.received - reading.sent).as_secs_f64() * 1000.0,
+                    ),
+                });
+            }
+            Seen::Stepped { by_us } => ClockHold::seen(by_us, STEP_SEEN),
+            Seen::Unwatched => match self.first_look(index, lead) {
+                None => return Ok(()),
+                Some(hold) => hold,
+            },
+        };
+        self.hold_clock(index, hold);
+        Err(self
+            .not_counted(index)
+            .unwrap_or_else(|| NotCounted::Unchecked {
+                reason: "its clock stepped".to_owned(),
+            }))
+    }
+
+    /// Holds node `index` back for a clock step (see `clock.rs`): its
+    /// grants do not count until the grace has passed since `hold` came
+    /// back (a recovery that ends later stays); the locks held on it are
+    /// told; a step this client saw is noted on every node.
+    fn hold_clock(&self, index: usize, hold: ClockHold) {
+        let (run_id, incarnation) = {
+            let detail = self.detail(index);
+            let identity = detail.identity.as_ref();
+            (
+                identity.and_then(|identity| identity.run_id.clone()),
+                identity.and_then(Identity::incarnation),
+            )
+        };
+        let recovery = Recovery {
+            run_id: run_id.clone().unwrap_or_default(),
+            incarnation: incarnation.unwrap_or_default(),
+            previous_run_id: None,
+            why: hold.why,
+            came_back: hold.came_back,
+            clock: Some(hold.ahead),
+        };
+        let ends = self.ends(&recovery);
+        self.changes.changed(index, Change::Clock(hold.ahead));
+        if hold.seen_here
+            && let Some(run_id) = run_id
+        {
+            let hold_ms = ends.saturating_duration_since(Instant::now()).as_millis();
+            self.note_everywhere(run_id, u64::try_from(hold_ms).unwrap_or(u64::MAX));
+        }
+        let later = self
+            .detail(index)
+            .recovery
+            .as_ref()
+            .map(|now| self.ends(now));
+        if self.slots[index].state.load(Ordering::Acquire) == RECOVERING
+            && later.is_some_and(|later| later >= ends)
+        {
+            return; // a recovery under way ends later
+        }
+        let generation = self.settle(index, Some(recovery.clone()), None, RECOVERING);
+        tracing::warn!(
+            node = %self.names[index],
+            ahead_ms = u64::try_from(hold.ahead.as_millis()).unwrap_or(u64::MAX),
+            why = hold.why,
+            held_ms = u64::try_from(ends.saturating_duration_since(Instant::now()).as_millis())
+                .unwrap_or(u64::MAX),
+            "node's clock stepped forward, which expires keys early: its grants do not count \
+             until the grace has passed"
+        );
+        tasks::spawn(end_clock_hold(self.me.clone(), index, generation, recovery));
+    }
+
+    /// Notes on every node that the node with `run_id` is held back for
+    /// `hold_ms` (a task; each node bounded by the connect timeout).
+    fn note_everywhere(&self, run_id: String, hold_ms: u64) {
+        let Some(recorder) = self.recorder.get().cloned() else {
+            return;
+        };
+        let run_id: Arc<str> = run_id.into();
+        let notes = (0..self.slots.len()).map(move |node| {
+            let errand = Errand::NoteClockStep {
+                run_id: run_id.clone(),
+                hold_ms,
+            };
+            (recorder.0)(node, errand)
+        });
+        let notes: Vec<_> = notes.collect();
+        tasks::spawn(async move {
+            for err in futures::future::join_all(notes)
+                .await
+                .into_iter()
+                .filter_map(Result::err)
+            {
+                tracing::warn!(error = %err, "noting a clock step on a node failed");
+            }
+        });
+    }
+
+    /// Starts the background reading of the nodes' clocks (once; see
+    /// `clock.rs`), as a task that ends with the client.
+    fn start_clock_watch(&self) {
+        if self.clock_on() && !self.watching.swap(true, Ordering::AcqRel) {
+            tasks::spawn(watch_clocks(self.me.clone()));
+        }
+    }
+
+    /// Whether node `index` has had no clock reading kept for half of
+    /// [`WATCH_EVERY`]: read at each sweep then, so that no node goes
+    /// unread for much longer than one.
+    fn needs_reading(&self, index: usize) -> bool {
+        let latest = tasks::lock(&self.slots[index].clock).latest();
+        latest.is_none_or(|lead| lead.at.elapsed() >= WATCH_EVERY / 2)
     }
 
     /// A server that answers as a replica, where the node follows failovers
@@ -828,8 +1181,9 @@ impl Standings {
     /// lets it count again once the grace has passed (see [`end_recovery`]).
     fn recovering(&self, index: usize, connection: Connection, recovery: Recovery) {
         let generation = self.settle(index, Some(recovery.clone()), None, RECOVERING);
-        let grace_left =
-            (recovery.came_back + self.grace()).saturating_duration_since(Instant::now());
+        let grace_left = self
+            .ends(&recovery)
+            .saturating_duration_since(Instant::now());
         tracing::warn!(
             node = %self.names[index],
             run_id = %recovery.run_id,
@@ -1065,6 +1419,7 @@ impl Standings {
         if !tasks::has_runtime() {
             return;
         }
+        self.start_clock_watch();
         for index in 0..self.slots.len() {
             {
                 let mut detail = self.detail(index);
@@ -1145,6 +1500,42 @@ enum Since {
     Seen,
     /// The recovery under way (the same incarnation, on a new connection).
     Kept(Instant),
+}
+
+/// A clock hold to start or keep (see `clock.rs`).
+#[derive(Debug, Clone, Copy)]
+struct ClockHold {
+    /// How far ahead the clock stepped, about (zero: told by a note).
+    ahead: Duration,
+    why: &'static str,
+    /// From when its grace runs.
+    came_back: Instant,
+    /// This client saw the step (it notes it on the nodes).
+    seen_here: bool,
+}
+
+impl ClockHold {
+    /// A step of `by_us` this client saw now.
+    fn seen(by_us: i64, why: &'static str) -> ClockHold {
+        ClockHold {
+            ahead: micros(by_us),
+            why,
+            came_back: Instant::now(),
+            seen_here: true,
+        }
+    }
+}
+
+/// A step seen against this client's own readings of the node.
+const STEP_SEEN: &str = "its clock ran ahead of this client's since an earlier reading";
+/// A step seen at a first look.
+const FIRST_LOOK: &str = "first look: ahead of the other nodes' clocks and this client's";
+/// A step another client saw.
+const NOTED: &str = "a note on the nodes: another client saw it step";
+
+/// `us` microseconds (zero if negative).
+fn micros(us: i64) -> Duration {
+    Duration::from_micros(u64::try_from(us).unwrap_or(0))
 }
 
 /// What the judgment of one check reads.
@@ -1270,10 +1661,7 @@ async fn end_recovery(
 ) {
     loop {
         // The grace grows with the longest TTL used: read it each time.
-        let Some(ends) = weak
-            .upgrade()
-            .map(|standings| recovery.came_back + standings.grace())
-        else {
+        let Some(ends) = weak.upgrade().map(|standings| standings.ends(&recovery)) else {
             return;
         };
         if Instant::now() < ends {
@@ -1312,6 +1700,59 @@ async fn end_recovery(
     }
 }
 
+/// A clock hold's end, as a task: once the grace has passed since the step
+/// was seen, records the node on every node and lets its votes count,
+/// unless a newer check or hold replaced this one.
+async fn end_clock_hold(weak: Weak<Standings>, index: usize, generation: u64, recovery: Recovery) {
+    loop {
+        let Some(ends) = weak.upgrade().map(|standings| standings.ends(&recovery)) else {
+            return;
+        };
+        if Instant::now() >= ends {
+            break;
+        }
+        tokio::time::sleep_until(ends.into()).await;
+    }
+    let generation = match weak.upgrade() {
+        Some(standings) if standings.detail(index).generation == generation => {
+            standings.settle(index, None, Some(generation), RECORDING)
+        }
+        _ => return,
+    };
+    record_on(weak, index, generation, recovery.incarnation, Whom::All).await;
+}
+
+/// How often the background reading reads a node's clock, at most (a node
+/// read by a vote meanwhile is not read again).
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+
+/// The background reading of the nodes' clocks (see `clock.rs`): every
+/// [`WATCH_EVERY`], each connected node not read since is read. Ends with
+/// the client.
+async fn watch_clocks(weak: Weak<Standings>) {
+    loop {
+        tokio::time::sleep(WATCH_EVERY).await;
+        let Some(standings) = weak.upgrade() else {
+            return;
+        };
+        let Some(recorder) = standings.recorder.get().cloned() else {
+            continue;
+        };
+        let reads: Vec<_> = (0..standings.slots.len())
+            .filter(|&index| standings.needs_reading(index))
+            .map(|index| (recorder.0)(index, Errand::ReadClock))
+            .collect();
+        drop(standings);
+        for err in futures::future::join_all(reads)
+            .await
+            .into_iter()
+            .filter_map(Result::err)
+        {
+            tracing::debug!(error = %err, "a background clock reading failed");
+        }
+    }
+}
+
 /// Records node `index`'s `run_id` on every other node (each bounded by the
 /// connect timeout; a node that cannot be reached learns it from the next
 /// check of a client that knows it), then lets its votes count, unless a
@@ -1321,6 +1762,27 @@ async fn record_everywhere(
     index: usize,
     generation: u64,
     run_id: String,
+) {
+    record_on(standings, index, generation, run_id, Whom::Others).await;
+}
+
+/// Which nodes [`record_on`] records on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Whom {
+    /// Every node but the one recorded (its own record holds it already).
+    Others,
+    /// Every node.
+    All,
+}
+
+/// Records node `index`'s `run_id` on the nodes `whom` names (see
+/// [`record_everywhere`]), then lets its votes count.
+async fn record_on(
+    standings: Weak<Standings>,
+    index: usize,
+    generation: u64,
+    run_id: String,
+    whom: Whom,
 ) {
     let Some((recorder, nodes)) = standings
         .upgrade()
@@ -1332,8 +1794,8 @@ async fn record_everywhere(
     let outcomes = match recorder {
         Some(recorder) => {
             let records = (0..nodes)
-                .filter(|&other| other != index)
-                .map(|other| (recorder.0)(other, run_id.clone()));
+                .filter(|&other| whom == Whom::All || other != index)
+                .map(|other| (recorder.0)(other, Errand::Record(run_id.clone())));
             futures::future::join_all(records).await
         }
         None => Vec::new(),
@@ -1410,10 +1872,12 @@ async fn read_server(
     scripts: &'static [&'static str],
 ) -> Result<Identity, RedisError> {
     let pipe = check_pipeline(record_keys, counting, scripts);
+    let sent = Instant::now();
     let mut answers = pipe
         .query_async::<Vec<RedisResult<Value>>>(connection)
         .await?
         .into_iter();
+    let received = Instant::now();
     let mut identity = Identity::default();
     match answers.next() {
         Some(Ok(info)) => read_info(&mut identity, info),
@@ -1446,6 +1910,12 @@ async fn read_server(
         appendonly.as_deref() == Some("yes") && appendfsync.as_deref() == Some("always");
     identity.record = read_record(answers.next());
     identity.record.extend(read_record(answers.next()));
+    if let Some(Ok(time)) = answers.next() {
+        identity.clock = Reading::from_reply(&time, sent, received);
+    }
+    if let (Some(Ok(notes)), Some(clock)) = (answers.next(), identity.clock) {
+        identity.clock_notes = read_clock_notes(notes, clock.node_us / 1000);
+    }
     for loaded in answers {
         if let Err(err) = loaded {
             tracing::debug!(error = %err, "SCRIPT LOAD refused: scripts load on first use");
@@ -1482,7 +1952,10 @@ fn check_pipeline(
         .cmd("SMEMBERS")
         .arg(&*record_keys.incarnations)
         .cmd("SMEMBERS")
-        .arg(&*record_keys.run_ids);
+        .arg(&*record_keys.run_ids)
+        .cmd("TIME")
+        .cmd("HGETALL")
+        .arg(&*record_keys.clock_steps);
     if !counting.is_empty() {
         for add in record_keys.adds(counting) {
             pipe.add_command(add).ignore();
@@ -1492,6 +1965,32 @@ fn check_pipeline(
         pipe.cmd("SCRIPT").arg("LOAD").arg(*code);
     }
     pipe
+}
+
+/// The notes of clock steps in the reply to `HGETALL` (a RESP2 array of
+/// fields and values, or a RESP3 map): each `run_id` with how long it is
+/// held back after `now_ms` (the node's time, ms).
+fn read_clock_notes(reply: Value, now_ms: i64) -> Vec<(String, i64)> {
+    let text = |value: &Value| match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    };
+    let pairs: Vec<(Value, Value)> = match reply {
+        Value::Map(pairs) => pairs,
+        Value::Array(items) => {
+            let mut items = items.into_iter();
+            std::iter::from_fn(|| Some((items.next()?, items.next()?))).collect()
+        }
+        _ => Vec::new(),
+    };
+    pairs
+        .iter()
+        .filter_map(|(run_id, until)| {
+            let until_ms = text(until)?.parse::<i64>().ok()?;
+            Some((text(run_id)?, until_ms.saturating_sub(now_ms)))
+        })
+        .collect()
 }
 
 /// The entries in the reply to `SMEMBERS` of a record (none if it failed).
@@ -1600,6 +2099,11 @@ fn combine(mut servers: Vec<(Option<String>, Identity)>) -> Identity {
             .min(),
         durable: identities().all(|identity| identity.durable),
         record,
+        // Its primaries are read as one clock (see `clock.rs`).
+        clock: identities().find_map(|identity| identity.clock),
+        clock_notes: identities()
+            .flat_map(|identity| identity.clock_notes.clone())
+            .collect(),
         refused: servers
             .iter()
             .flat_map(|(address, identity)| {
@@ -1687,6 +2191,7 @@ mod tests {
             trust_durable: true,
             strict: false,
             drift_factor: 0.01,
+            clock_tolerance: Duration::from_millis(100),
         }
     }
 
@@ -1824,6 +2329,7 @@ mod tests {
             previous_run_id: Some("q".into()),
             why: "a failover",
             came_back: at,
+            clock: None,
         };
         let identity = Identity {
             promoted: true,

@@ -5,7 +5,13 @@
 
 mod support;
 
+use std::time::{Duration, Instant};
+
+use quorlock::{LockGuard, Redlock, RedlockBuilder};
 use support::clock::ClockServer;
+use support::{RedisServer, eventually, lock_once, servers};
+
+const RESOURCE: &str = "clock:resource";
 
 #[test]
 fn a_step_forward_expires_keys_early_and_a_step_back_keeps_them() {
@@ -24,4 +30,213 @@ fn a_step_forward_expires_keys_early_and_a_step_back_keeps_them() {
         "a step forward expires the key"
     );
     assert!(node.server.get(b"clock:key").is_none());
+}
+
+/// The nodes of a clock-step test: node 0 is behind the clock shim, the
+/// others are plain servers.
+struct Nodes {
+    clock: ClockServer,
+    others: Vec<RedisServer>,
+}
+
+impl Nodes {
+    fn start(n: usize) -> Nodes {
+        Nodes {
+            clock: ClockServer::start(),
+            others: servers(n - 1),
+        }
+    }
+
+    fn urls(&self) -> Vec<String> {
+        std::iter::once(self.clock.server.url())
+            .chain(self.others.iter().map(RedisServer::url))
+            .collect()
+    }
+
+    fn quorum(&self) -> usize {
+        self.others.len().div_ceil(2) + 1
+    }
+
+    fn clock_name(&self) -> String {
+        format!("127.0.0.1:{}", self.clock.server.port())
+    }
+}
+
+fn builder(nodes: &Nodes) -> RedlockBuilder {
+    Redlock::builder(nodes.urls())
+        .node_timeout(Duration::from_millis(200))
+        .restart_grace(Duration::from_secs(3))
+}
+
+/// Holder A on a bare quorum that includes the clock node: the plain nodes
+/// beyond the quorum hold a foreign value until A has locked, then it
+/// expires (waited on). Returns A's guard.
+async fn holder_on_a_bare_quorum(nodes: &Nodes, a_client: &Redlock) -> LockGuard {
+    let key = format!("quorlock:{RESOURCE}");
+    let outside = &nodes.others[nodes.quorum() - 1..];
+    for node in outside {
+        node.set_px(key.as_bytes(), "someone-else", 1_500);
+    }
+    let a = a_client
+        .try_lock(RESOURCE, Duration::from_secs(10))
+        .await
+        .expect("A locks a bare quorum");
+    assert!(
+        nodes.clock.server.get(a.key()).is_some(),
+        "A holds the clock node"
+    );
+    for node in outside {
+        assert!(
+            eventually(Duration::from_secs(5), || node.pttl(key.as_bytes()) == -2).await,
+            "the foreign value expires"
+        );
+    }
+    a
+}
+
+/// The hazard: A holds a bare quorum including node 0; node 0's clock steps
+/// forward 30 s, which expires A's key there. A client that watched node 0
+/// before the step, and one that meets the nodes after it, both try the
+/// lock: neither may get it while A is valid, and node 0 is named as held
+/// back for a clock step.
+async fn no_second_holder_after_a_step_forward(n: usize) {
+    let nodes = Nodes::start(n);
+    let a_client = builder(&nodes).build().unwrap();
+    let known = builder(&nodes).build().unwrap();
+    lock_once(&known, "clock:warm-up", Duration::from_secs(1)).await;
+    let a = holder_on_a_bare_quorum(&nodes, &a_client).await;
+
+    nodes.clock.set_offset(30_000);
+    assert!(
+        nodes.clock.server.get(a.key()).is_none(),
+        "the step expired A's key"
+    );
+    let fresh = builder(&nodes).build().unwrap();
+    for (who, client) in [
+        ("a client that knew the node", &known),
+        ("a fresh client", &fresh),
+    ] {
+        let err = client
+            .try_lock(RESOURCE, Duration::from_secs(10))
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{who} got the lock while A is valid (N = {n})"));
+        assert!(Instant::now() < a.valid_until(), "A is still valid");
+        println!("{who} refused: {err}");
+        let stepped: Vec<String> = err
+            .not_counted()
+            .iter()
+            .filter(|node| node.to_string().contains("clock stepped"))
+            .map(|node| node.node().to_owned())
+            .collect();
+        assert_eq!(stepped, [nodes.clock_name()], "{who}: {err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_forward_on_a_bare_quorum_gives_no_second_holder_with_3_nodes() {
+    no_second_holder_after_a_step_forward(3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_forward_on_a_bare_quorum_gives_no_second_holder_with_5_nodes() {
+    no_second_holder_after_a_step_forward(5).await;
+}
+
+/// Node 2 (a plain node) holds the resource for someone else for the whole
+/// test: every lock then needs node 0, the clock node.
+fn locks_need_the_clock_node(nodes: &Nodes) {
+    let key = format!("quorlock:{RESOURCE}");
+    nodes.others[1].set_px(key.as_bytes(), "someone-else", 120_000);
+}
+
+/// A step back keeps keys longer, which only withholds: a client that knew
+/// the node and a fresh one both go on locking with it; and a slow drift
+/// that stays within the tolerance (80 ms over a second, against 100 ms)
+/// does not hold the node back either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_back_and_a_slow_drift_within_the_tolerance_do_not_stop_locking() {
+    let nodes = Nodes::start(3);
+    locks_need_the_clock_node(&nodes);
+    let known = builder(&nodes).build().unwrap();
+    lock_once(&known, RESOURCE, Duration::from_secs(2)).await;
+    nodes.clock.set_offset(-30_000);
+    lock_once(&known, RESOURCE, Duration::from_secs(2)).await;
+    let fresh = builder(&nodes).build().unwrap();
+    lock_once(&fresh, RESOURCE, Duration::from_secs(2)).await;
+    for step in 1..=10 {
+        nodes.clock.set_offset(-30_000 + step * 8);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        lock_once(&known, RESOURCE, Duration::from_secs(2)).await;
+        lock_once(&fresh, RESOURCE, Duration::from_secs(2)).await;
+    }
+    let status = known.status(RESOURCE).await.unwrap();
+    assert!(status.nodes[0].not_counted.is_none(), "{status}");
+}
+
+/// A node whose clock stepped is held back for the grace (3 s here, the
+/// TTLs being shorter), shown so by `status`, and counts again by itself
+/// once the grace has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_clock_stepped_counts_again_after_the_grace() {
+    let nodes = Nodes::start(3);
+    locks_need_the_clock_node(&nodes);
+    let client = builder(&nodes).build().unwrap();
+    lock_once(&client, RESOURCE, Duration::from_secs(1)).await;
+    nodes.clock.set_offset(30_000);
+    let stepped = Instant::now();
+    let err = client
+        .try_lock(RESOURCE, Duration::from_secs(1))
+        .await
+        .expect_err("the stepped node is held back");
+    assert!(
+        err.not_counted()
+            .iter()
+            .any(|node| node.not_counted().is_some_and(|why| why.is_clock_stepped())),
+        "{err}"
+    );
+    let status = client.status(RESOURCE).await.unwrap();
+    println!("{status}");
+    let shown = status.nodes[0].not_counted.as_ref().expect("held back");
+    assert!(shown.is_clock_stepped(), "{shown}");
+    assert!(
+        status.to_string().contains("its clock stepped forward"),
+        "{status}"
+    );
+    let guard = support::locks_again(&client, RESOURCE, Duration::from_secs(15)).await;
+    let waited = stepped.elapsed();
+    assert!(
+        waited >= Duration::from_millis(2_900),
+        "counted again after {waited:?}"
+    );
+    assert!(
+        nodes.clock.server.get(guard.key()).is_some(),
+        "node 0 holds it"
+    );
+    guard.unlock().await.unwrap();
+}
+
+/// `quorlock status`, a fresh client, shows a node whose clock stepped
+/// forward as held back, and why.
+#[cfg(feature = "cli")]
+#[test]
+fn the_cli_status_shows_a_node_held_back_for_a_clock_step() {
+    let nodes = Nodes::start(3);
+    nodes.clock.set_offset(30_000);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_quorlock"))
+        .env("QUORLOCK_NODES", nodes.urls().join(","))
+        .args(["status", "--resource", RESOURCE])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run quorlock");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    println!("{shown}");
+    let line = shown
+        .lines()
+        .find(|line| line.starts_with(&nodes.clock_name()))
+        .expect("a line for the clock node");
+    assert!(
+        line.contains("does not count") && line.contains("clock stepped forward by 30"),
+        "{line}"
+    );
 }
