@@ -52,9 +52,13 @@
 //!    whose votes count
 //!    ([`NotCounted`]: unchecked, unresponsive, recovering from a restart
 //!    or failover) and the check every connection passes, with the restart
-//!    and failover safety argument; `changes.rs`: the changes of server that
-//!    tell a held lock at once that its keys may be gone
-//!    ([`LostReason::ServerChanged`]); `scripts.rs`: the Lua.
+//!    and failover safety argument; `clock.rs`: the nodes' clocks, read
+//!    with every acquisition, and the rule (with its safety argument) that
+//!    holds back a node whose clock stepped forward
+//!    ([`NotCounted::ClockStepped`]); `changes.rs`: the changes of server or
+//!    clock that tell a held lock at once that its keys may be gone
+//!    ([`LostReason::ServerChanged`], [`LostReason::ClockStepped`]);
+//!    `scripts.rs`: the Lua.
 //! 9. `session.rs`: the client's liveness on the nodes, whose heartbeat
 //!    keeps all its waiters' places and checks the keys they wait on;
 //!    `queue.rs`: the queue of waiters on the nodes (fairness across
@@ -209,9 +213,10 @@
 //!
 //! - **Mutual exclusion while valid**: two guards for one resource are never
 //!   valid at once, provided the nodes are independent masters, keep their
-//!   keys for their TTL or restart as "restarts" above says, and the clocks
+//!   keys for their TTL or restart as "restarts" above says, the clocks
 //!   of the nodes and the client run at rates that differ by less than the
-//!   drift factor.
+//!   drift factor, and a node's clock that steps forward is seen as "clock
+//!   steps" below says.
 //! - **Liveness with a majority**: locks can be taken while a majority of
 //!   nodes answers; keys expire by TTL, so a crashed holder blocks no one for
 //!   longer than its TTL.
@@ -247,9 +252,35 @@
 //! - **Redis Cluster**: a failover (or a restart, or a new primary) of any
 //!   primary holds the whole cluster node back for the grace, not only the
 //!   slots of that primary; `rediss+cluster://` (TLS) is not supported yet.
-//! - **Clock jumps** on a Redis node (an administrator setting its time)
-//!   shorten or lengthen key expiry there; run NTP in slewing mode.
+//! - **Clock steps** that no client sees: a step forward and back between
+//!   two readings of the node, or a step that a client meeting the node for
+//!   the first time cannot tell from the other nodes (see "clock steps").
+//!   Run NTP in slewing mode all the same.
 
+//! ## Clock steps
+//!
+//! Redis expires keys by its wall clock, so a node whose clock steps
+//! forward (NTP stepping instead of slewing, a resumed VM, an administrator)
+//! loses its keys early, and would grant a lock whose key a valid holder
+//! still counts on. quorlock reads every node's clock (`TIME`, pipelined
+//! after each acquisition, in each connection's check, and once a second in
+//! the background: no extra round trip on the lock path) and compares it
+//! with its own monotonic clock and with the other nodes. A node whose clock
+//! ran ahead by more than the
+//! [clock tolerance](RedlockBuilder::clock_tolerance) (100 ms by default)
+//! is held back for the restart grace, like a restarted node
+//! ([`NotCounted::ClockStepped`], shown by [`Redlock::status`] and `quorlock
+//! status`); the locks held on it are told
+//! ([`LostReason::ClockStepped`]); and the step is noted on every node, so
+//! that a client meeting the nodes later holds it back too. A client meeting
+//! a node for the first time compares its clock with the other nodes' and
+//! its own wall clock: a node ahead of them by more than the tolerance is
+//! held back. Every lock's validity is shortened by the tolerance, which a
+//! smaller step may take unseen. The rule, its safety argument, its
+//! detection window and what it leaves uncovered are in `clock.rs`. A node
+//! whose clock stays ahead of the others' (a clock never set right) is held
+//! back by each client that meets it, for the grace from then: set it right.
+//!
 //! ## Fencing tokens
 //!
 //! With [`RedlockBuilder::fencing`] on, every lock carries a

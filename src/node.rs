@@ -935,7 +935,9 @@ async fn acquire(
                 pipeline.add_command(incr);
             }
             if timed {
-                pipeline.cmd("TIME");
+                // Errors come back as replies, read below (a refused `SET`
+                // keeps its own kind).
+                pipeline.ignore_errors().cmd("TIME");
             }
             Sent::Pipelined(pipeline)
         }
@@ -951,6 +953,14 @@ async fn acquire(
         return Err(unexpected());
     };
     let time = items.pop().ok_or_else(unexpected)?;
+    // A refused `SET` (a replica's `READONLY`, `SET NX GET` before 7.0) is
+    // the call's error, as the node said it; a refused `TIME` only leaves
+    // the clock unread.
+    if let Some(Value::ServerError(err)) =
+        (items.iter()).find(|item| matches!(item, Value::ServerError(_)))
+    {
+        return Err(RedisError::from(err.clone()));
+    }
     let reply = match (counter_key, items.pop()) {
         (None, Some(reply)) if items.is_empty() => reply,
         (Some(_), Some(counter)) => {

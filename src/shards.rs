@@ -15,9 +15,10 @@
 //!   to read the topology anew.
 //! - `ASK` to a primary of this connection (a slot being migrated, the key
 //!   already moved): `ASKING` and the command are sent there, together.
-//! - A pipeline's redirection (a fenced acquisition's `SET` and `INCR`) is
-//!   not followed: that call fails, as a vote against, and the next round
-//!   goes again (after a `MOVED`, through a connection made anew).
+//! - A pipeline's redirection (an acquisition's `SET` with `TIME`, a
+//!   fenced one's `INCR` too) is followed in the same way, to a primary of
+//!   this connection: after an `ASK`, with `ASKING` before each command
+//!   that names a key.
 //! - `MOVED` or `ASK` to a server this connection does not have (a replica
 //!   promoted in a failover, a primary added): the command fails, and the
 //!   link connects again. **A server's reply counts only once the server
@@ -177,9 +178,8 @@ impl Shards {
     }
 
     /// Runs `pipeline` on the primary of its first key's slot (a keyless
-    /// one on every primary). A redirection is not followed (`ASKING` would
-    /// have to precede each command): the call fails, and the next round
-    /// goes again. A `MOVED` marks the topology stale; an `ASK` (a slot
+    /// one on every primary), following a redirection to a primary of this
+    /// connection. A `MOVED` marks the topology stale; an `ASK` (a slot
     /// being migrated) does not.
     async fn pipeline(
         &self,
@@ -210,12 +210,61 @@ impl Shards {
                     .await
             }
         };
-        if let Ok(replies) = &reply
-            && replies.iter().any(is_moved)
-        {
+        let replies = reply?;
+        if replies.iter().any(is_moved) {
             (self.stale)();
         }
-        reply
+        match replies.iter().find_map(redirection) {
+            Some(err) => Ok(self
+                .redirected_pipeline(&err, pipeline, offset, count)
+                .await?
+                .unwrap_or(replies)),
+            None => Ok(replies),
+        }
+    }
+
+    /// `pipeline` again where the redirection `err` sends it, if that is a
+    /// primary of this connection (after an `ASK`, with `ASKING` before
+    /// each command that names a key); `None` where it is not followed.
+    async fn redirected_pipeline(
+        &self,
+        err: &RedisError,
+        pipeline: &Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> Result<Option<Vec<Value>>, RedisError> {
+        let Some((address, _)) = err.redirect_node() else {
+            return Ok(None);
+        };
+        let Some(index) = self
+            .topology
+            .primaries
+            .iter()
+            .position(|(host, port)| format!("{host}:{port}") == address)
+        else {
+            (self.stale)();
+            return Ok(None);
+        };
+        let mut connection = self.connections[index].clone();
+        if err.kind() != ErrorKind::Server(ServerErrorKind::Ask) {
+            let replies = connection.req_packed_commands(pipeline, offset, count);
+            return replies.await.map(Some);
+        }
+        if offset != 0 || count != pipeline.len() {
+            return Ok(None); // a transaction: not sent here
+        }
+        let mut asking = redis::pipe();
+        asking.ignore_errors();
+        for cmd in pipeline.cmd_iter() {
+            if cluster::route_key(cmd).is_some() {
+                asking.cmd("ASKING").ignore();
+            }
+            asking.add_command(cmd.clone());
+        }
+        match asking.query_async::<Value>(&mut connection).await? {
+            Value::Array(replies) => Ok(Some(replies)),
+            _ => Ok(None),
+        }
     }
 
     /// `cmd` again where the redirection `err` sends it, if that is a

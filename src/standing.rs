@@ -120,8 +120,9 @@
 //! *Assumes*: every client of these nodes uses TTLs of at most `G` (each
 //! client's own longest TTL is covered by itself; longer TTLs of *other*
 //! clients need `restart_grace` set); clocks run at rates within the drift
-//! factor, and a node's wall clock does not step forward (which would also
-//! expire its keys early, and inflate its uptime); a node loses keys only by
+//! factor, and a node's wall clock does not step forward unseen (which would
+//! also expire its keys early, and inflate its uptime: `clock.rs` holds back
+//! a node whose clock is seen to step); a node loses keys only by
 //! a change of server (a restart, a promotion), not by `FLUSHALL` or
 //! eviction; a node judged durable keeps every acknowledged write; one
 //! address leads to one primary at a time (the old primary is gone, or

@@ -245,10 +245,10 @@ async fn run_on_an_expired_guard_does_not_start_the_work() {
     let nodes = servers(1);
     let redlock = builder(&nodes).auto_extend(false).build().unwrap();
     let mut guard = redlock
-        .lock("guard:late", Duration::from_millis(100))
+        .lock("guard:late", Duration::from_millis(300))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
     let done = Arc::new(AtomicBool::new(false));
     let err = guard
         .run(work(Duration::ZERO, done.clone()))

@@ -16,6 +16,14 @@
 //! (`Plan::protected` false), a second holder can then take the lock on the
 //! restarted and the thawed nodes.
 //!
+//! With [`Restarts::ClockSteps`], the minority faults are the clock-step
+//! hazard: two nodes are frozen, the wall clock of one of the other three
+//! (behind the test support's clock shim) steps 30 s forward, which expires
+//! the holder's key there, and the frozen two are thawed while the holder
+//! stays in its critical section; 3 s later the clock is set right again
+//! (a step back). Without the clock watch, a second holder can take the lock
+//! on the stepped and the thawed nodes.
+//!
 //! With `CHAOS_DEBUG` set, the workers log quorlock's warnings to stderr,
 //! and each overlap with the lock's status as the entering worker sees it.
 #![allow(dead_code)]
@@ -30,6 +38,7 @@ use rand::RngExt;
 use redis::AsyncCommands;
 
 use crate::support::RedisServer;
+use crate::support::clock::{Clock, ClockServer};
 
 pub const RESOURCE: &str = "chaos:resource";
 pub const TTL: Duration = Duration::from_secs(1);
@@ -84,6 +93,9 @@ pub enum Restarts {
     /// replica's link cut, the primary killed, the replica promoted) while
     /// another group's primary is frozen (see `failovers.rs`).
     Failovers,
+    /// Two nodes frozen, a third's clock stepped 30 s forward, then set
+    /// right 3 s later (see the module docs).
+    ClockSteps,
 }
 
 impl Plan {
@@ -140,6 +152,20 @@ impl Plan {
 }
 
 impl Plan {
+    /// Clock steps (see the module docs), 1 ms critical sections, the one
+    /// at a step held across it.
+    pub fn clock_steps(
+        workers: usize,
+        acquisitions: u64,
+        limit: Duration,
+        protected: bool,
+    ) -> Self {
+        Plan {
+            restarts: Restarts::ClockSteps,
+            ..Plan::immediate(workers, acquisitions, limit, protected)
+        }
+    }
+
     /// The same run with `tasks` tasks per worker process, each `lock`
     /// call waiting up to `patience`: hundreds of waiters per process
     /// queue on the lock under the faults.
@@ -170,6 +196,8 @@ pub struct Report {
     pub majority_outages: u64,
     /// Lossy failovers of a Sentinel group.
     pub failovers: u64,
+    /// Steps of a node's clock 30 s forward.
+    pub clock_steps: u64,
     /// Acquisitions made while a minority of nodes was frozen or down.
     pub acquired_during_minority_faults: u64,
     /// Fencing tokens not larger than the previous holder's.
@@ -206,6 +234,14 @@ impl Report {
         let restart = match plan.restarts {
             Restarts::Delayed => "delayed",
             Restarts::Immediate => "immediate",
+            Restarts::ClockSteps => {
+                println!(
+                    "  faults injected         {} clock steps of 30 s forward, each with 2 nodes \
+                     frozen ({} freezes), {} majority outage",
+                    self.clock_steps, self.freezes, self.majority_outages
+                );
+                "delayed"
+            }
             Restarts::Failovers => {
                 println!(
                     "  faults injected         {} lossy failovers of 3 Sentinel groups, each \
@@ -220,13 +256,15 @@ impl Report {
                 return;
             }
         };
-        println!(
-            "  faults injected         {} ({} freezes, {} kills with {restart} restart, {} majority outage)",
-            self.freezes + self.kills + self.majority_outages,
-            self.freezes,
-            self.kills,
-            self.majority_outages
-        );
+        if plan.restarts != Restarts::ClockSteps {
+            println!(
+                "  faults injected         {} ({} freezes, {} kills with {restart} restart, {} majority outage)",
+                self.freezes + self.kills + self.majority_outages,
+                self.freezes,
+                self.kills,
+                self.majority_outages
+            );
+        }
         println!(
             "  acquired during faults  {} (with 1-2 nodes frozen or down)",
             self.acquired_during_minority_faults
@@ -289,7 +327,10 @@ impl Report {
         if self.majority_outages == 0 || self.resumed_after_recovery.is_none() {
             return Err("locking did not resume after the majority outage".into());
         }
-        if self.freezes == 0 || self.kills == 0 {
+        if plan.restarts == Restarts::ClockSteps && self.clock_steps == 0 {
+            return Err("no clock steps were injected".into());
+        }
+        if self.freezes == 0 || (self.kills == 0 && plan.restarts != Restarts::ClockSteps) {
             return Err("no minority faults were injected".into());
         }
         if self.acquired_during_minority_faults == 0 {
@@ -347,6 +388,11 @@ pub async fn worker(checker: &str, nodes: &[String]) -> Result<(), AnyError> {
     };
     let redlock = Redlock::builder(nodes)
         .restart_grace(grace)
+        .clock_tolerance(if unprotected.is_some() {
+            Duration::ZERO
+        } else {
+            quorlock::RedlockBuilder::DEFAULT_CLOCK_TOLERANCE
+        })
         .fencing(fencing.is_some())
         .node_timeout(NODE_TIMEOUT)
         .acquire_timeout(patience_ms.map_or(ACQUIRE_TIMEOUT, Duration::from_millis))
@@ -521,7 +567,12 @@ pub async fn run(
     if plan.restarts == Restarts::Failovers {
         return failovers::run(plan, exe, worker_args).await;
     }
-    let mut nodes: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+    let (mut nodes, clocks): (Vec<RedisServer>, Vec<Clock>) =
+        if plan.restarts == Restarts::ClockSteps {
+            (0..5).map(|_| ClockServer::start().into_parts()).unzip()
+        } else {
+            ((0..5).map(|_| RedisServer::start()).collect(), Vec::new())
+        };
     let checker_server = RedisServer::start();
     let mut checker = redis::Client::open(checker_server.url())?
         .get_multiplexed_async_connection()
@@ -594,6 +645,10 @@ pub async fn run(
             outage_done = true;
             continue;
         }
+        if plan.restarts == Restarts::ClockSteps {
+            step_a_clock(&mut nodes, &clocks, &mut checker, &mut report).await?;
+            continue;
+        }
         if plan.restarts == Restarts::Immediate {
             // The hazard: nodes f1 and f2 frozen, so holders hold a bare
             // quorum that includes node r; r killed and restarted empty at
@@ -659,6 +714,55 @@ pub async fn run(
     report.elapsed = started.elapsed();
     result?;
     Ok(report)
+}
+
+/// The clock-step hazard (see the module docs): nodes f1 and f2 frozen, so
+/// holders hold a bare quorum that includes node c; c's clock stepped 30 s
+/// forward while the holder of the moment stays inside; f1 and f2 thawed
+/// right after; c's clock set right 3 s later (every client has read it by
+/// then); then the grace (the TTL) waited out before the next fault.
+async fn step_a_clock(
+    nodes: &mut [RedisServer],
+    clocks: &[Clock],
+    checker: &mut redis::aio::MultiplexedConnection,
+    report: &mut Report,
+) -> Result<(), AnyError> {
+    let (first, pause_ms, after_ms) = {
+        let mut rng = rand::rng();
+        (
+            rng.random_range(0..5),
+            rng.random_range(100..300),
+            rng.random_range(100..300),
+        )
+    };
+    let (c, f1, f2) = (first, (first + 1) % 5, (first + 2) % 5);
+    nodes[f1].pause();
+    nodes[f2].pause();
+    let before: u64 = checker
+        .get::<_, Option<u64>>("chaos:acquired")
+        .await?
+        .unwrap_or_default();
+    tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+    let _: () = checker.set("chaos:hold-on", 1).await?;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let clock = clocks[c].clone();
+    tokio::task::spawn_blocking(move || clock.set_offset(30_000)).await?;
+    nodes[f1].resume();
+    nodes[f2].resume();
+    report.freezes += 2;
+    report.clock_steps += 1;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let _: () = checker.del("chaos:hold-on").await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let clock = clocks[c].clone();
+    tokio::task::spawn_blocking(move || clock.set_offset(0)).await?;
+    let after: u64 = checker
+        .get::<_, Option<u64>>("chaos:acquired")
+        .await?
+        .unwrap_or_default();
+    report.acquired_during_minority_faults += after - before;
+    tokio::time::sleep(TTL + Duration::from_millis(after_ms)).await;
+    Ok(())
 }
 
 /// Starts the worker processes: `exe worker_args CHECKER_URL NODE_URL...`.

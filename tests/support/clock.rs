@@ -39,7 +39,15 @@ fn shim() -> &'static Path {
 /// A server under test whose wall clock the test steps.
 pub struct ClockServer {
     pub server: RedisServer,
+    clock: Clock,
+}
+
+/// The clock of a [`ClockServer`], apart from the server (which a test may
+/// kill, pause and restart: the clock shim stays with it).
+#[derive(Clone)]
+pub struct Clock {
     offset_file: PathBuf,
+    url: String,
 }
 
 impl ClockServer {
@@ -58,12 +66,30 @@ impl ClockServer {
             ),
         ];
         server.spawn().expect("a server with the clock shim");
+        let url = server.url();
         ClockServer {
             server,
-            offset_file,
+            clock: Clock { offset_file, url },
         }
     }
 
+    /// The server and its clock, apart.
+    pub fn into_parts(self) -> (RedisServer, Clock) {
+        (self.server, self.clock)
+    }
+
+    /// See [`Clock::set_offset`].
+    pub fn set_offset(&self, offset_ms: i64) {
+        self.clock.set_offset(offset_ms);
+    }
+
+    /// See [`Clock::offset_ms`].
+    pub fn offset_ms(&self) -> i64 {
+        self.clock.offset_ms()
+    }
+}
+
+impl Clock {
     /// Sets the server's wall clock to the true time plus `offset_ms`
     /// (negative: behind), and waits until the server's `TIME` shows it.
     pub fn set_offset(&self, offset_ms: i64) {
@@ -84,9 +110,10 @@ impl ClockServer {
 
     /// How far ahead of this process's wall clock the server's runs, in ms.
     pub fn offset_ms(&self) -> i64 {
-        let (secs, micros): (i64, i64) = redis::cmd("TIME")
-            .query(&mut self.server.connection())
-            .expect("TIME");
+        let mut connection = redis::Client::open(self.url.as_str())
+            .and_then(|client| client.get_connection())
+            .expect("a connection to the clock server");
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut connection).expect("TIME");
         let ours = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .expect("after 1970");
