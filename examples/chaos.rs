@@ -20,12 +20,18 @@
 //! the moment inside its critical section across it (TTL 3 s). With
 //! `--unprotected`, the failover rule is off too.
 //!
+//! With `--clock-steps`, the faults are clock steps: two nodes frozen, the
+//! wall clock of a third (behind the test support's clock shim) stepped 30 s
+//! forward under the holder of the moment, the two thawed, the clock set
+//! right 3 s later. With `--unprotected`, the clock watch (and the restart
+//! protection) is off (`clock_tolerance(0)`).
+//!
 //! ```text
-//! cargo run --release --example chaos [--fencing | --immediate | --failovers [--unprotected]] [ACQUISITIONS]
+//! cargo run --release --example chaos [--fencing | --immediate | --failovers | --clock-steps [--unprotected]] [ACQUISITIONS]
 //! ```
 //!
-//! The default is 20,000 acquisitions (5,000 with `--immediate`, 1,000 with
-//! `--failovers`).
+//! The default is 20,000 acquisitions (5,000 with `--immediate` or
+//! `--clock-steps`, 1,000 with `--failovers`).
 //!
 //! It needs `redis-server` on PATH (scripts/test.sh installs it).
 
@@ -66,19 +72,20 @@ fn main() -> ExitCode {
     let fencing = flag("--fencing");
     let immediate = flag("--immediate");
     let failovers = flag("--failovers");
+    let clock_steps = flag("--clock-steps");
     let unprotected = flag("--unprotected");
-    let usage =
-        "usage: chaos [--fencing | --immediate | --failovers [--unprotected]] [ACQUISITIONS]";
-    let kinds = [fencing, immediate, failovers]
+    let usage = "usage: chaos [--fencing | --immediate | --failovers | --clock-steps \
+                 [--unprotected]] [ACQUISITIONS]";
+    let kinds = [fencing, immediate, failovers, clock_steps]
         .iter()
         .filter(|on| **on)
         .count();
-    if kinds > 1 || (unprotected && !(immediate || failovers)) || args.len() > 1 {
+    if kinds > 1 || (unprotected && !(immediate || failovers || clock_steps)) || args.len() > 1 {
         eprintln!("{usage}");
         return ExitCode::from(2);
     }
     let acquisitions = match args.first().map(|n| n.parse::<u64>()) {
-        None if immediate => 5_000,
+        None if immediate || clock_steps => 5_000,
         None if failovers => 1_000,
         None => 20_000,
         Some(Ok(n)) if n > 0 => n,
@@ -88,7 +95,9 @@ fn main() -> ExitCode {
         }
     };
     let limit = Duration::from_secs(600);
-    let plan = if failovers {
+    let plan = if clock_steps {
+        chaos_harness::Plan::clock_steps(4, acquisitions, limit, !unprotected)
+    } else if failovers {
         chaos_harness::Plan::failovers(4, acquisitions, limit, !unprotected)
     } else if immediate {
         chaos_harness::Plan::immediate(4, acquisitions, limit, !unprotected)

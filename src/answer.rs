@@ -220,6 +220,17 @@ pub enum NotCounted {
         /// How long until it counts again.
         counts_in: Duration,
     },
+    /// The node's clock reading, taken after its vote, cannot rule out a
+    /// step forward beyond the clock tolerance: the round trip was too long
+    /// to tell (see
+    /// [`RedlockBuilder::clock_tolerance`](crate::RedlockBuilder::clock_tolerance)).
+    /// This vote does not count; nothing is held back.
+    ClockUnsure {
+        /// How far ahead the clock may have run, at most.
+        ahead_at_most: Duration,
+        /// The round trip of the request that read it.
+        round_trip: Duration,
+    },
 }
 
 impl NotCounted {
@@ -273,6 +284,17 @@ impl fmt::Display for NotCounted {
                     format!(" by {:.1} s", ahead.as_secs_f64())
                 },
                 counts_in.as_secs_f64()
+            ),
+            NotCounted::ClockUnsure {
+                ahead_at_most,
+                round_trip,
+            } => write!(
+                f,
+                "its clock may have stepped forward beyond the clock tolerance (by up to {} ms): \
+                 its reply took {} ms, too long to tell; raise the clock tolerance above twice \
+                 the round trip to the nodes",
+                ahead_at_most.as_millis(),
+                round_trip.as_millis()
             ),
         }
     }

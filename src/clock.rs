@@ -39,7 +39,9 @@
 //!   history starts again from this reading;
 //! - it **may** have run ahead by more than `T` (the most the leads allow
 //!   exceeds `T`, the least does not: the round trips are too wide to tell):
-//!   this vote does not count, nothing is held back;
+//!   this vote does not count
+//!   ([`NotCounted::ClockUnsure`](crate::NotCounted::ClockUnsure)), nothing
+//!   is held back;
 //! - otherwise the vote counts. A clock that ran *behind* (a step back)
 //!   keeps keys longer, which only withholds: it counts.
 //!
@@ -100,6 +102,13 @@
 //!   client's wall clock stepped with it);
 //! - the nodes of a Redis Cluster node are read as one clock: its
 //!   primaries must agree within `T`.
+//!
+//! *Costs*: one `TIME` in the request of each acquisition (no extra round
+//! trip), one in each check, and at most one a second per node from an idle
+//! client. A node whose clock stays ahead of the others' (never set right)
+//! is held back by every client that first meets it, for `G` from then: it
+//! withholds, and the warning names it.
+//! A node that refuses `TIME` (an ACL) counts without its clock watched.
 //!
 //! When nodes disagree (one held back, others not), each node's standing
 //! only removes its own vote: a lock still needs a majority of all nodes.

@@ -430,11 +430,17 @@ impl RedlockBuilder {
     /// such a step (a round trip too long to tell) does not count either.
     ///
     /// Every lock's validity is shortened by the tolerance, since a smaller
-    /// step goes unseen. Set it above twice your round trip to the nodes
-    /// (their readings are as precise as the round trip): the default,
+    /// step goes unseen, so a TTL must exceed it. A reading is as precise as
+    /// its round trip: a vote counts only if the reply after it, with the
+    /// most precise earlier reading, leaves no room for a step beyond the
+    /// tolerance ([`NotCounted::ClockUnsure`](crate::NotCounted::ClockUnsure)
+    /// otherwise). The default,
     /// [`DEFAULT_CLOCK_TOLERANCE`](Self::DEFAULT_CLOCK_TOLERANCE) (100 ms),
-    /// suits nodes on one network; NTP steps a clock only when it is off by
-    /// more than 128 ms, and slews it otherwise. Zero switches the watch off
+    /// suits the default [node timeout](Self::node_timeout) (50 ms: a
+    /// reply within it is precise enough); with a longer node timeout
+    /// (nodes far away), raise the tolerance above twice the timeout. NTP
+    /// steps a clock only when it is off by more than 128 ms, and slews it
+    /// otherwise. Zero switches the watch off
     /// (no `TIME` is sent, and validity is not shortened): a step forward
     /// can then grant a second holder. At most 1 hour.
     pub fn clock_tolerance(mut self, tolerance: Duration) -> Self {

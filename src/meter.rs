@@ -164,6 +164,7 @@ pub(crate) fn not_counted(reason: &crate::answer::NotCounted) {
             NotCounted::Unresponsive { .. } => "unresponsive",
             NotCounted::Recovering { .. } => "recovering",
             NotCounted::ClockStepped { .. } => "clock_stepped",
+            NotCounted::ClockUnsure { .. } => "clock_unsure",
         };
         metrics::counter!("quorlock_nodes_not_counted_total", "reason" => reason).increment(1);
     }

@@ -868,9 +868,9 @@ impl Standings {
                         .await;
                 }
                 self.first_look(index, lead)
-                    .or_else(|| self.noted_hold(index, identity))
+                    .or_else(|| self.noted_hold(identity))
             }
-            Seen::Steady | Seen::Unsure { .. } => self.noted_hold(index, identity),
+            Seen::Steady | Seen::Unsure { .. } => self.noted_hold(identity),
         }
     }
 
@@ -917,9 +917,9 @@ impl Standings {
         }
     }
 
-    /// A hold of node `index` that a note on some node asks for: the
-    /// longest time a note read holds its `run_id` back.
-    fn noted_hold(&self, index: usize, identity: &Identity) -> Option<ClockHold> {
+    /// A hold of the node that read `identity` that a note on some node
+    /// asks for: the longest time a note read holds its `run_id` back.
+    fn noted_hold(&self, identity: &Identity) -> Option<ClockHold> {
         let run_id = identity.run_id.as_deref()?;
         let longest_ms = (0..self.slots.len())
             .filter_map(|node| {
@@ -940,7 +940,6 @@ impl Standings {
             Some(beyond) => now + beyond,
             None => now.checked_sub(grace - left).unwrap_or(now),
         };
-        let _ = index;
         Some(ClockHold {
             ahead: Duration::ZERO,
             why: NOTED,
@@ -961,14 +960,9 @@ impl Standings {
         let hold = match self.see(index, lead) {
             Seen::Steady => return Ok(()),
             Seen::Unsure { by_us } => {
-                return Err(NotCounted::Unchecked {
-                    reason: format!(
-                        "its clock reading cannot rule out a step forward beyond the clock \
-                         tolerance (up to {:.0} ms ahead): the round trip ({:.0} ms) is too \
-                         long to tell; raise the clock tolerance above twice the round trip",
-                        micros(by_us).as_secs_f64() * 1000.0,
-                        (reading.received - reading.sent).as_secs_f64() * 1000.0,
-                    ),
+                return Err(NotCounted::ClockUnsure {
+                    ahead_at_most: micros(by_us),
+                    round_trip: reading.received.saturating_duration_since(reading.sent),
                 });
             }
             Seen::Stepped { by_us } => ClockHold::seen(by_us, STEP_SEEN),
@@ -2318,6 +2312,32 @@ mod tests {
             policy: policy(),
         });
         assert_eq!(off, Verdict::Counts);
+    }
+
+    /// Notes of clock steps read as RESP2 (field, value, …) and RESP3 (a
+    /// map), each as how long it holds its node back after the node's now;
+    /// a value that is no number is left out.
+    #[test]
+    fn clock_notes_read_as_time_left() {
+        let bulk = |text: &str| Value::BulkString(text.as_bytes().to_vec());
+        let resp2 = Value::Array(vec![
+            bulk("run-a"),
+            bulk("1000500"),
+            bulk("run-b"),
+            bulk("999000"),
+            bulk("run-c"),
+            bulk("soon"),
+        ]);
+        assert_eq!(
+            read_clock_notes(resp2, 1_000_000),
+            [("run-a".to_owned(), 500), ("run-b".to_owned(), -1000)]
+        );
+        let resp3 = Value::Map(vec![(bulk("run-a"), bulk("1000500"))]);
+        assert_eq!(
+            read_clock_notes(resp3, 1_000_000),
+            [("run-a".to_owned(), 500)]
+        );
+        assert!(read_clock_notes(Value::Nil, 0).is_empty());
     }
 
     /// A recovery under way goes on, from when it began, on a new connection.

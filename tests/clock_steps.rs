@@ -131,6 +131,19 @@ async fn no_second_holder_after_a_step_forward(n: usize) {
             .collect();
         assert_eq!(stepped, [nodes.clock_name()], "{who}: {err}");
     }
+    // A's own client reads the node too (in the background, within about
+    // a second): A is told that its key there may be gone, before its
+    // expiry (10 s).
+    let lost = tokio::time::timeout(Duration::from_secs(5), a.lost())
+        .await
+        .expect("A is told at once, not at its expiry");
+    assert!(
+        matches!(
+            lost.lost_reason(),
+            Some(quorlock::LostReason::ClockStepped { .. })
+        ),
+        "{lost}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
