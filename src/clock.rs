@@ -10,11 +10,14 @@
 //!
 //! # What the client sees
 //!
-//! Every node's clock is read with `TIME`, which costs a node about what
-//! `PING` does, in requests the client sends anyway: pipelined right after
-//! every vote that can grant a new key (an acquisition, the queue's), in the
-//! check of every connection, and by a background reading once a second of
-//! a node not read otherwise. A reading is the node's time with the moments
+//! Every node's clock is read in requests the client sends anyway:
+//! pipelined with every vote that can grant a new key (after an
+//! acquisition's `SET NX GET`, `PEXPIRETIME` of the key: its absolute
+//! expiry, which less the TTL is the node's clock at the grant, one integer
+//! to read; after `SET NX` before Redis 7.0 and after the scripts of the
+//! queue, of sets and of read-write locks, `TIME`), in the check of every
+//! connection, and by a background `TIME` once a second of a node not read
+//! otherwise. Either costs a node about what `PING` does. A reading is the node's time with the moments
 //! the request went out and its reply came back, on the client's monotonic
 //! clock; it bounds the node's *lead* (its wall clock less the client's
 //! monotonic clock) to an interval as wide as the round trip ([`Lead`]).
@@ -130,8 +133,11 @@ pub(crate) const RATE_PPM: i64 = 500;
 /// back on this client's monotonic clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Reading {
-    /// The node's wall clock, µs since the Unix epoch.
+    /// The node's wall clock, µs since the Unix epoch (at most
+    /// `resolution_us` below the truth).
     pub(crate) node_us: i64,
+    /// How coarse `node_us` is: 0 for `TIME` (µs), 999 for a time in ms.
+    pub(crate) resolution_us: i64,
     /// When the request went out.
     pub(crate) sent: Instant,
     /// When the reply came back.
@@ -155,11 +161,30 @@ impl Reading {
                 node_us: number(secs)?
                     .checked_mul(1_000_000)?
                     .checked_add(number(micros)?)?,
+                resolution_us: 0,
                 sent,
                 received,
             }),
             _ => None,
         }
+    }
+
+    /// The reading that a key's absolute expiry (`PEXPIRETIME`, ms) gives,
+    /// for a key just set with a TTL of `ttl_ms`: the node's clock when it
+    /// set it. `None` for a key without an expiry (negative).
+    pub(crate) fn from_expiry(
+        expires_ms: i64,
+        ttl_ms: u64,
+        sent: Instant,
+        received: Instant,
+    ) -> Option<Reading> {
+        let set_ms = expires_ms.checked_sub(i64::try_from(ttl_ms).ok()?)?;
+        (expires_ms >= 0).then_some(Reading {
+            node_us: set_ms.checked_mul(1000)?,
+            resolution_us: 999,
+            sent,
+            received,
+        })
     }
 }
 
@@ -185,7 +210,7 @@ impl Epoch {
     pub(crate) fn lead(self, reading: &Reading) -> Lead {
         Lead {
             lo: reading.node_us - self.micros(reading.received),
-            hi: reading.node_us - self.micros(reading.sent),
+            hi: reading.node_us + reading.resolution_us - self.micros(reading.sent),
             at: reading.received,
         }
     }
@@ -366,11 +391,22 @@ mod tests {
         let received = sent + Duration::from_millis(4);
         let lead = epoch.lead(&Reading {
             node_us: 50_000,
+            resolution_us: 0,
             sent,
             received,
         });
         assert_eq!(lead.hi - lead.lo, 4_000);
         assert_eq!(lead.hi, 50_000 - 10_000);
+    }
+
+    #[test]
+    fn a_key_set_with_a_ttl_tells_the_clock_at_its_setting_to_the_millisecond() {
+        let now = Instant::now();
+        let reading = Reading::from_expiry(1_700_000_010_000, 10_000, now, now).expect("a reading");
+        assert_eq!(reading.node_us, 1_700_000_000_000_000);
+        assert_eq!(reading.resolution_us, 999);
+        assert_eq!(Reading::from_expiry(-1, 10_000, now, now), None);
+        assert_eq!(Reading::from_expiry(-2, 10_000, now, now), None);
     }
 
     #[test]

@@ -482,11 +482,7 @@ impl Node {
             // Read only where a grant waits for its replicas.
             let started = (shared.replica_acks > 0).then(std::time::Instant::now);
             let exchange = async {
-                let exchanged = if timed {
-                    Box::pin(shared.timed_exchange(&call)).await?
-                } else {
-                    shared.exchange(&call).await?
-                };
+                let exchanged = shared.exchange_with(&call, timed).await?;
                 let answer =
                     (reply.read(exchanged.reply, exchanged.legacy)).unwrap_or_else(|value| {
                         Answer::Failed(unexpected(shared.name.clone(), &value))
@@ -582,12 +578,8 @@ impl Shared {
         self.exchange_with(call, false).await
     }
 
-    /// [`exchange`](Self::exchange), with `TIME` pipelined after the call:
-    /// the reply comes with the node's clock read after it.
-    async fn timed_exchange(&self, call: &Call) -> Result<Exchanged, NodeErrorKind> {
-        self.exchange_with(call, true).await
-    }
-
+    /// [`exchange`](Self::exchange), `timed`: with the node's clock read
+    /// after the call, in the same request (see `clock.rs`).
     async fn exchange_with(&self, call: &Call, timed: bool) -> Result<Exchanged, NodeErrorKind> {
         let handle = self.link.connection().await?;
         let id = handle.id();
@@ -635,8 +627,7 @@ impl Shared {
             timed,
         };
         match counter_key {
-            None if !timed => self.acquire(connection, &acquired).await,
-            None => Box::pin(self.acquire(connection, &acquired)).await,
+            None => self.acquire(connection, &acquired).await,
             // Boxed: the pipeline and the seeding would make every node
             // call's future (one type for all requests) a third larger.
             Some(counter_key) => {
@@ -912,6 +903,18 @@ async fn acquire(
     call: &AcquireCall<'_>,
     with_get: bool,
 ) -> Result<Exchanged, RedisError> {
+    let request = acquire_request(call, with_get);
+    let sent = std::time::Instant::now();
+    let reply = request.query(connection).await?;
+    if !call.timed {
+        return Ok(Exchanged::plain(reply, false));
+    }
+    timed_reply(reply, call, sent, std::time::Instant::now())
+}
+
+/// What [`acquire`] sends: the `SET`, with the counter's `INCR` where
+/// fencing is on and the clock reading where `timed`.
+fn acquire_request(call: &AcquireCall<'_>, with_get: bool) -> Sent {
     let AcquireCall {
         lock,
         ttl_ms,
@@ -924,44 +927,56 @@ async fn acquire(
         set.arg("GET");
     }
     set.arg("PX").arg(ttl_ms);
-    let request = match (counter_key, timed) {
-        (None, false) => Sent::One(set),
-        (counter_key, _) => {
-            let mut pipeline = redis::Pipeline::with_capacity(3);
-            pipeline.add_command(set);
-            if let Some(counter_key) = counter_key {
-                let mut incr = Cmd::with_capacity(2, 4 + counter_key.len());
-                incr.arg("INCR").arg(counter_key);
-                pipeline.add_command(incr);
-            }
-            if timed {
-                // Errors come back as replies, read below (a refused `SET`
-                // keeps its own kind).
-                pipeline.ignore_errors().cmd("TIME");
-            }
-            Sent::Pipelined(pipeline)
-        }
-    };
-    let sent = std::time::Instant::now();
-    let reply = request.query(connection).await?;
-    if !timed {
-        return Ok(Exchanged::plain(reply, false));
+    if counter_key.is_none() && !timed {
+        return Sent::One(set);
     }
-    let received = std::time::Instant::now();
-    let unexpected = || RedisError::from((ErrorKind::Parse, "a pipelined TIME without its reply"));
+    let mut pipeline = redis::Pipeline::with_capacity(3);
+    pipeline.add_command(set);
+    if let Some(counter_key) = counter_key {
+        let mut incr = Cmd::with_capacity(2, 4 + counter_key.len());
+        incr.arg("INCR").arg(counter_key);
+        pipeline.add_command(incr);
+    }
+    if timed {
+        // Errors come back as replies, read by [`timed_reply`] (a refused
+        // `SET` keeps its own kind). With `SET NX GET` (Redis 7.0 and
+        // later), the key's absolute expiry (`PEXPIRETIME`, one integer)
+        // tells the node's clock at the grant, plus the TTL; before 7.0,
+        // `TIME`.
+        pipeline.ignore_errors();
+        if with_get {
+            pipeline.cmd("PEXPIRETIME").arg(&*lock.key);
+        } else {
+            pipeline.cmd("TIME");
+        }
+    }
+    Sent::Pipelined(pipeline)
+}
+
+/// A timed acquisition's reply (see [`acquire_request`]): the `SET`'s (with
+/// the counter's), and the node's clock at the grant. A refused `SET` (a
+/// replica's `READONLY`, `SET NX GET` before 7.0) is the call's error, as
+/// the node said it; a refused reading only leaves the clock unread, and a
+/// refusal needs none.
+fn timed_reply(
+    reply: Value,
+    call: &AcquireCall<'_>,
+    sent: std::time::Instant,
+    received: std::time::Instant,
+) -> Result<Exchanged, RedisError> {
+    let unexpected = || RedisError::from((ErrorKind::Parse, "a pipelined clock reading missing"));
     let Value::Array(mut items) = reply else {
         return Err(unexpected());
     };
     let time = items.pop().ok_or_else(unexpected)?;
-    // A refused `SET` (a replica's `READONLY`, `SET NX GET` before 7.0) is
-    // the call's error, as the node said it; a refused `TIME` only leaves
-    // the clock unread.
     if let Some(Value::ServerError(err)) =
         (items.iter()).find(|item| matches!(item, Value::ServerError(_)))
     {
         return Err(RedisError::from(err.clone()));
     }
-    let reply = match (counter_key, items.pop()) {
+    // `SET NX GET` answers nil when it set the key.
+    let set_it = matches!(items.first(), Some(Value::Nil));
+    let reply = match (call.counter_key, items.pop()) {
         (None, Some(reply)) if items.is_empty() => reply,
         (Some(_), Some(counter)) => {
             items.push(counter);
@@ -969,10 +984,19 @@ async fn acquire(
         }
         _ => return Err(unexpected()),
     };
+    let clock = match time {
+        // Our key's expiry: the node's clock at the grant plus the TTL (a
+        // refusal's is another holder's).
+        Value::Int(expires_ms) if set_it => {
+            Reading::from_expiry(expires_ms, call.ttl_ms, sent, received)
+        }
+        Value::Int(_) => None,
+        time => Reading::from_reply(&time, sent, received),
+    };
     Ok(Exchanged {
         reply,
         legacy: false,
-        clock: Reading::from_reply(&time, sent, received),
+        clock,
     })
 }
 
@@ -982,7 +1006,7 @@ struct AcquireCall<'a> {
     lock: &'a LockId,
     ttl_ms: u64,
     counter_key: Option<&'a [u8]>,
-    /// With `TIME` pipelined after it.
+    /// With the node's clock read in the same request (see `clock.rs`).
     timed: bool,
 }
 

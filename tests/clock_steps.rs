@@ -99,8 +99,9 @@ async fn holder_on_a_bare_quorum(nodes: &Nodes, a_client: &Redlock) -> LockGuard
 /// before the step, and one that meets the nodes after it, both try the
 /// lock: neither may get it while A is valid, and node 0 is named as held
 /// back for a clock step.
-async fn no_second_holder_after_a_step_forward(n: usize) {
+async fn no_second_holder_after_a_step_forward(n: usize, fencing: bool) {
     let nodes = Nodes::start(n);
+    let builder = |nodes: &Nodes| builder(nodes).fencing(fencing);
     let a_client = builder(&nodes).build().unwrap();
     let known = builder(&nodes).build().unwrap();
     lock_once(&known, "clock:warm-up", Duration::from_secs(1)).await;
@@ -148,12 +149,18 @@ async fn no_second_holder_after_a_step_forward(n: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_forward_on_a_bare_quorum_gives_no_second_holder_with_3_nodes() {
-    no_second_holder_after_a_step_forward(3).await;
+    no_second_holder_after_a_step_forward(3, false).await;
+}
+
+/// The same with fencing on (the acquisition pipelines `INCR` too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_forward_gives_no_second_holder_with_fencing_on() {
+    no_second_holder_after_a_step_forward(3, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_forward_on_a_bare_quorum_gives_no_second_holder_with_5_nodes() {
-    no_second_holder_after_a_step_forward(5).await;
+    no_second_holder_after_a_step_forward(5, false).await;
 }
 
 /// Node 2 (a plain node) holds the resource for someone else for the whole
