@@ -53,7 +53,9 @@
 //! takes **a first look** ([`ahead_of_others`]): the node's lead against the
 //! lower median of the other nodes' latest leads and the client's own wall
 //! clock. A node ahead of that by more than `T` is taken to have stepped, and
-//! held back for `G` from then. At a connection's check the client also
+//! held back for `G` from then (by this client only: it writes no note,
+//! since the comparison takes in its own wall clock, which may be the one
+//! that is wrong). At a connection's check the client also
 //! reads every node's **notes**: a client that saw a node step wrote on every
 //! node, as that node's own time, until when the stepped node is held back;
 //! a node that some note holds back is held back until then. So a fresh

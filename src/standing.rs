@@ -902,7 +902,13 @@ impl Standings {
             .collect();
         let ahead_us = clock::ahead_of_others(&lead, &others, self.epoch.own_lead());
         tasks::lock(&self.slots[index].clock).restart(lead);
-        (ahead_us > self.tolerance_us()).then(|| ClockHold::seen(ahead_us, FIRST_LOOK))
+        // Not noted on the nodes: a first look compares with this client's
+        // own wall clock too, and a client whose clock is wrong must not
+        // hold the node back for every other client.
+        (ahead_us > self.tolerance_us()).then(|| ClockHold {
+            seen_here: false,
+            ..ClockHold::seen(ahead_us, FIRST_LOOK)
+        })
     }
 
     /// Node `index`'s latest lead: its history's, or its last check's.
@@ -1505,7 +1511,8 @@ struct ClockHold {
     why: &'static str,
     /// From when its grace runs.
     came_back: Instant,
-    /// This client saw the step (it notes it on the nodes).
+    /// This client saw the step against its own readings of the node (it
+    /// notes it on the nodes).
     seen_here: bool,
 }
 

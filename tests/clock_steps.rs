@@ -260,3 +260,54 @@ fn the_cli_status_shows_a_node_held_back_for_a_clock_step() {
         "{line}"
     );
 }
+
+/// The notes of clock steps on `node`: `run_id` → until when (ms, the
+/// node's clock).
+fn clock_notes(node: &RedisServer) -> std::collections::HashMap<String, i64> {
+    redis::cmd("HGETALL")
+        .arg("quorlock:quorlock-incarnations:clock-steps")
+        .query(&mut node.connection())
+        .expect("HGETALL")
+}
+
+/// A step that a client saw against its own readings is noted on every
+/// node (so that clients meeting the nodes later hold the node back too);
+/// a first look, which compares with the client's own wall clock, notes
+/// nothing: a client whose clock is wrong must not hold a node back for
+/// everyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_a_client_saw_is_noted_on_every_node_and_a_first_look_is_not() {
+    let nodes = Nodes::start(3);
+    nodes.clock.set_offset(30_000);
+    let fresh = builder(&nodes).build().unwrap();
+    let status = fresh.status(RESOURCE).await.unwrap();
+    assert!(
+        status.nodes[0]
+            .not_counted
+            .as_ref()
+            .is_some_and(quorlock::NotCounted::is_clock_stepped),
+        "{status}"
+    );
+    // A note would be written by a task within milliseconds: none comes
+    // within a second.
+    let noted = support::eventually(Duration::from_secs(1), || {
+        nodes
+            .others
+            .iter()
+            .any(|node| !clock_notes(node).is_empty())
+    })
+    .await;
+    assert!(!noted, "a first look noted nothing");
+    nodes.clock.set_offset(0);
+    let known = builder(&nodes).build().unwrap();
+    lock_once(&known, "clock:warm-up", Duration::from_secs(1)).await;
+    nodes.clock.set_offset(30_000);
+    // The known client's background reading sees the step within about a
+    // second, and notes it on every node.
+    let noted = support::eventually(Duration::from_secs(5), || {
+        nodes.others.iter().all(|node| clock_notes(node).len() == 1)
+            && clock_notes(&nodes.clock.server).len() == 1
+    })
+    .await;
+    assert!(noted, "the step is noted on every node");
+}
