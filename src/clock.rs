@@ -58,7 +58,9 @@
 //! that is wrong). At a connection's check the client also
 //! reads every node's **notes**: a client that saw a node step wrote on every
 //! node, as that node's own time, until when the stepped node is held back;
-//! a node that some note holds back is held back until then. So a fresh
+//! a node that some note holds back is held back until then (notes on the
+//! stepped node itself count only for a single node: they are kept by the
+//! clock that stepped). So a fresh
 //! client is held back by what another client saw, even after the stepped
 //! clock was set right again.
 //!

@@ -353,9 +353,12 @@ pub(crate) struct Identity {
     pub(crate) cluster_enabled: bool,
     /// Its clock, as the check read it (`TIME`).
     pub(crate) clock: Option<Reading>,
-    /// Its notes of clock steps: `run_id`s, each with how long (ms, by this
-    /// node's clock) the node with that `run_id` is held back.
-    pub(crate) clock_notes: Vec<(String, i64)>,
+    /// Its notes of clock steps still running when read: `run_id`s, each
+    /// with until when (on this client's clock: the note's time left, by the
+    /// node's clock, after the reply came) the node with that `run_id` is
+    /// held back. A deadline, so that a note read long ago is not taken as
+    /// running still.
+    pub(crate) clock_notes: Vec<(String, Instant)>,
 }
 
 impl Identity {
@@ -868,9 +871,9 @@ impl Standings {
                         .await;
                 }
                 self.first_look(index, lead)
-                    .or_else(|| self.noted_hold(identity))
+                    .or_else(|| self.noted_hold(index, identity))
             }
-            Seen::Steady | Seen::Unsure { .. } => self.noted_hold(identity),
+            Seen::Steady | Seen::Unsure { .. } => self.noted_hold(index, identity),
         }
     }
 
@@ -923,24 +926,29 @@ impl Standings {
         }
     }
 
-    /// A hold of the node that read `identity` that a note on some node
-    /// asks for: the longest time a note read holds its `run_id` back.
-    fn noted_hold(&self, identity: &Identity) -> Option<ClockHold> {
+    /// A hold of node `index` (which read `identity`) that a note on some
+    /// node asks for: the latest deadline a note read holds its `run_id`
+    /// back to. The node's own notes count only where it is the only node:
+    /// they are kept by the clock that stepped, so a clock set right again
+    /// makes them run 30 s long after a 30 s step.
+    fn noted_hold(&self, index: usize, identity: &Identity) -> Option<ClockHold> {
         let run_id = identity.run_id.as_deref()?;
-        let longest_ms = (0..self.slots.len())
+        let now = Instant::now();
+        let alone = self.slots.len() == 1;
+        let until = (0..self.slots.len())
+            .filter(|&node| alone || node != index)
             .filter_map(|node| {
                 let detail = self.detail(node);
                 let notes = &detail.identity.as_ref()?.clock_notes;
                 notes
                     .iter()
                     .filter(|(noted, _)| noted == run_id)
-                    .map(|(_, left_ms)| *left_ms)
+                    .map(|(_, until)| *until)
                     .max()
             })
             .max()
-            .filter(|left_ms| *left_ms > 0)?;
-        let left = Duration::from_millis(longest_ms.unsigned_abs());
-        let now = Instant::now();
+            .filter(|until| *until > now)?;
+        let left = until - now;
         let grace = self.clock_grace();
         let came_back = match left.checked_sub(grace) {
             Some(beyond) => now + beyond,
@@ -1916,7 +1924,13 @@ async fn read_server(
         identity.clock = Reading::from_reply(&time, sent, received);
     }
     if let (Some(Ok(notes)), Some(clock)) = (answers.next(), identity.clock) {
-        identity.clock_notes = read_clock_notes(notes, clock.node_us / 1000);
+        identity.clock_notes = read_clock_notes(notes, clock.node_us / 1000)
+            .into_iter()
+            .filter_map(|(run_id, left_ms)| {
+                let left = Duration::from_millis(u64::try_from(left_ms).ok()?);
+                Some((run_id, received.checked_add(left)?))
+            })
+            .collect();
     }
     for loaded in answers {
         if let Err(err) = loaded {

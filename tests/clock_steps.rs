@@ -311,3 +311,39 @@ async fn a_step_a_client_saw_is_noted_on_every_node_and_a_first_look_is_not() {
     .await;
     assert!(noted, "the step is noted on every node");
 }
+
+/// A note read at first contact holds the node back until it runs out, not
+/// again at each later check: after the hold a note asked for has ended,
+/// the node's connection is broken (`CLIENT KILL`), and the client that
+/// read the note counts the node at once on its new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_note_read_long_ago_does_not_hold_the_node_back_again() {
+    let nodes = Nodes::start(3);
+    locks_need_the_clock_node(&nodes);
+    let known = builder(&nodes).build().unwrap();
+    lock_once(&known, "clock:warm-up", Duration::from_secs(1)).await;
+    nodes.clock.set_offset(30_000);
+    let noted = support::eventually(Duration::from_secs(5), || {
+        nodes.others.iter().all(|node| clock_notes(node).len() == 1)
+    })
+    .await;
+    assert!(noted, "the step is noted on every node");
+    nodes.clock.set_offset(0);
+    let fresh = builder(&nodes).build().unwrap();
+    let guard = support::locks_again(&fresh, RESOURCE, Duration::from_secs(15)).await;
+    guard.unlock().await.unwrap();
+    let _: redis::Value = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query(&mut nodes.clock.server.connection())
+        .unwrap();
+    let again = Instant::now();
+    let guard = support::locks_again(&fresh, RESOURCE, Duration::from_secs(15)).await;
+    assert!(
+        again.elapsed() < Duration::from_secs(2),
+        "held back again by a note that had run out: {:?}",
+        again.elapsed()
+    );
+    guard.unlock().await.unwrap();
+}
