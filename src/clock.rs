@@ -11,13 +11,14 @@
 //! # What the client sees
 //!
 //! Every node's clock is read in requests the client sends anyway:
-//! pipelined with every vote that can grant a new key (after an
-//! acquisition's `SET NX GET`, `PEXPIRETIME` of the key: its absolute
-//! expiry, which less the TTL is the node's clock at the grant, one integer
-//! to read; after `SET NX` before Redis 7.0 and after the scripts of the
-//! queue, of sets and of read-write locks, `TIME`), in the check of every
-//! connection, and by a background `TIME` once a second of a node not read
-//! otherwise. Either costs a node about what `PING` does. A reading is the node's time with the moments
+//! pipelined after every vote that can grant a new key, in the check of
+//! every connection, and by a background `TIME` once a second of a node not
+//! read otherwise. The votes a client sends a node at about the same moment
+//! go out together, with one `TIME` at the end of the batch, which ran after
+//! every grant in it (`batch.rs`); on a cluster, each acquisition reads
+//! `PEXPIRETIME` of its key (its absolute expiry, which less the TTL is the
+//! node's clock at the grant) and each script `TIME`, in its own request.
+//! A reading costs a node about what `PING` does. A reading is the node's time with the moments
 //! the request went out and its reply came back, on the client's monotonic
 //! clock; it bounds the node's *lead* (its wall clock less the client's
 //! monotonic clock) to an interval as wide as the round trip ([`Lead`]).
@@ -79,7 +80,8 @@
 //! early by more than `T`. Say lock `A`'s key was set on node `n` at `k`
 //! and `n`'s clock stepped forward by `Δ > T` at `z > k`, so that `n`
 //! granted `B` at `v > z` while `A` was valid (`v < k + G`). `B`'s client
-//! read `n`'s clock after the grant (the pipelined `TIME`).
+//! read `n`'s clock after the grant (the `TIME` at the end of the grant's
+//! batch, or pipelined after it).
 //! - If it had a reading `r` of `n` between its last step back and `z`, kept
 //!   within the window (the history keeps the latest reading; the window is
 //!   `G`), the lead grew by `Δ` between `r` and `v`: the reading at `v`

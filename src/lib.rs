@@ -347,6 +347,7 @@
 #![allow(clippy::result_large_err)]
 
 mod answer;
+mod batch;
 mod changes;
 mod clock;
 mod cluster;

@@ -21,6 +21,7 @@ use std::time::Duration;
 use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use crate::answer::{Answer, NodeError, NodeErrorKind, NotCounted};
+use crate::batch::{Batches, Judged, Landed};
 use crate::clock::Reading;
 use crate::connection::{self, Connection, Link};
 use crate::queue::{self, Place};
@@ -104,6 +105,14 @@ struct Probe {
     standing: Arc<Standing>,
 }
 
+impl Standing {
+    /// What a reading of the node's clock says of the grants before it (see
+    /// `Standings::see_clock`).
+    fn judge(&self, reading: &Reading) -> Judged {
+        (self.standings.see_clock(self.index, reading)).map_err(Arc::new)
+    }
+}
+
 impl Probe {
     fn name(&self) -> String {
         self.standing.standings.name(self.standing.index).to_owned()
@@ -146,6 +155,8 @@ struct Shared {
     standing: Arc<Standing>,
     /// How many replicas must acknowledge a grant before it counts (0: off).
     replica_acks: u32,
+    /// The node's timed votes, sent in batches (see `batch.rs`).
+    batches: Arc<Batches>,
 }
 
 /// One exchange with a node.
@@ -266,15 +277,22 @@ impl Node {
                 check(standings.clone(), index, connection, legacy_set.clone()).boxed()
             })
         };
+        let name = standings.name(index).into();
+        let standing = Arc::new(Standing { standings, index });
+        let batches = Batches::new({
+            let standing = standing.clone();
+            Box::new(move |reading| standing.judge(reading))
+        });
         Node {
             shared: Arc::new(Shared {
-                name: standings.name(index).into(),
+                name,
                 link: Link::new(target, connect_timeout, check),
                 timeout,
                 connect_timeout,
                 legacy_set,
-                standing: Arc::new(Standing { standings, index }),
+                standing,
                 replica_acks,
+                batches,
             }),
         }
     }
@@ -488,8 +506,11 @@ impl Node {
                         Answer::Failed(unexpected(shared.name.clone(), &value))
                     });
                 let answer = match exchanged.clock {
-                    Some(reading) => shared.clock_checked(answer, &reading),
-                    None => answer,
+                    Clock::Unread => answer,
+                    Clock::Read(reading) => {
+                        shared.clock_checked(answer, shared.standing.judge(&reading))
+                    }
+                    Clock::Judged(judged) => shared.clock_checked(answer, judged),
                 };
                 match started {
                     // Boxed: every call's future (one type for all) stays
@@ -557,14 +578,13 @@ impl Shared {
         Ok(Answer::Failed(NodeError::new(self.name.clone(), kind)))
     }
 
-    /// A vote's `answer` with what the node's clock, read after it, shows
-    /// (see `clock.rs`): a grant of a node whose clock stepped, or may
-    /// have, does not count.
-    fn clock_checked(&self, answer: Answer, reading: &Reading) -> Answer {
-        let standing = &self.standing;
-        match standing.standings.see_clock(standing.index, reading) {
+    /// A vote's `answer` with what the node's clock, read after it, showed
+    /// (`judged`, see `clock.rs`): a grant of a node whose clock stepped, or
+    /// may have, does not count.
+    fn clock_checked(&self, answer: Answer, judged: Judged) -> Answer {
+        match judged {
             Err(reason) if answer.is_granted() => {
-                let kind = NodeErrorKind::NotCounted(Arc::new(reason));
+                let kind = NodeErrorKind::NotCounted(reason);
                 Answer::Failed(NodeError::new(self.name.clone(), kind))
             }
             _ => answer,
@@ -607,7 +627,7 @@ impl Shared {
     ) -> Result<Exchanged, RedisError> {
         let (lock, ttl_ms, counter_key) = match call {
             Call::Command { cmd, script } if timed => {
-                return Box::pin(run_timed(connection, cmd, *script)).await;
+                return Box::pin(run_timed(connection, cmd, *script, &self.batches)).await;
             }
             Call::Command { cmd, script } => {
                 return run(connection, cmd, *script)
@@ -624,7 +644,7 @@ impl Shared {
             lock,
             ttl_ms,
             counter_key,
-            timed,
+            timed: timed.then_some(&self.batches),
         };
         match counter_key {
             None => self.acquire(connection, &acquired).await,
@@ -903,23 +923,33 @@ async fn acquire(
     call: &AcquireCall<'_>,
     with_get: bool,
 ) -> Result<Exchanged, RedisError> {
-    let request = acquire_request(call, with_get);
-    let sent = std::time::Instant::now();
-    let reply = request.query(connection).await?;
-    if !call.timed {
-        return Ok(Exchanged::plain(reply, false));
+    let (set, counter) = acquire_commands(call, with_get);
+    match (call.timed, &*connection) {
+        (Some(batches), Connection::One(one)) => {
+            let commands = [Some(set), counter].into_iter().flatten().collect();
+            Ok(Exchanged::landed(batches.send(commands, one).await?))
+        }
+        (timed, _) => {
+            let reading = timed.map(|_| clock_reading(call.lock, with_get));
+            let request = acquire_request(set, counter, reading);
+            let sent = std::time::Instant::now();
+            let reply = request.query(connection).await?;
+            match timed {
+                Some(_) => timed_reply(reply, call, sent, std::time::Instant::now()),
+                None => Ok(Exchanged::plain(reply, false)),
+            }
+        }
     }
-    timed_reply(reply, call, sent, std::time::Instant::now())
 }
 
-/// What [`acquire`] sends: the `SET`, with the counter's `INCR` where
-/// fencing is on and the clock reading where `timed`.
-fn acquire_request(call: &AcquireCall<'_>, with_get: bool) -> Sent {
+/// What [`acquire`] asks: the `SET`, and the counter's `INCR` where fencing
+/// is on.
+fn acquire_commands(call: &AcquireCall<'_>, with_get: bool) -> (Cmd, Option<Cmd>) {
     let AcquireCall {
         lock,
         ttl_ms,
         counter_key,
-        timed,
+        ..
     } = *call;
     let mut set = Cmd::with_capacity(7, 16 + lock.key.len() + lock.token.len());
     set.arg("SET").arg(&*lock.key).arg(&*lock.token).arg("NX");
@@ -927,30 +957,45 @@ fn acquire_request(call: &AcquireCall<'_>, with_get: bool) -> Sent {
         set.arg("GET");
     }
     set.arg("PX").arg(ttl_ms);
-    if counter_key.is_none() && !timed {
+    let counter = counter_key.map(|counter_key| {
+        let mut incr = Cmd::with_capacity(2, 4 + counter_key.len());
+        incr.arg("INCR").arg(counter_key);
+        incr
+    });
+    (set, counter)
+}
+
+/// What [`acquire`] sends where it does not batch: `set`, with `counter`
+/// and the clock `reading` pipelined after it where there are.
+fn acquire_request(set: Cmd, counter: Option<Cmd>, reading: Option<Cmd>) -> Sent {
+    if counter.is_none() && reading.is_none() {
         return Sent::One(set);
     }
     let mut pipeline = redis::Pipeline::with_capacity(3);
     pipeline.add_command(set);
-    if let Some(counter_key) = counter_key {
-        let mut incr = Cmd::with_capacity(2, 4 + counter_key.len());
-        incr.arg("INCR").arg(counter_key);
-        pipeline.add_command(incr);
+    if let Some(counter) = counter {
+        pipeline.add_command(counter);
     }
-    if timed {
+    if let Some(reading) = reading {
         // Errors come back as replies, read by [`timed_reply`] (a refused
-        // `SET` keeps its own kind). With `SET NX GET` (Redis 7.0 and
-        // later), the key's absolute expiry (`PEXPIRETIME`, one integer)
-        // tells the node's clock at the grant, plus the TTL; before 7.0,
-        // `TIME`.
-        pipeline.ignore_errors();
-        if with_get {
-            pipeline.cmd("PEXPIRETIME").arg(&*lock.key);
-        } else {
-            pipeline.cmd("TIME");
-        }
+        // `SET` keeps its own kind).
+        pipeline.ignore_errors().add_command(reading);
     }
     Sent::Pipelined(pipeline)
+}
+
+/// The command that reads the node's clock after an unbatched acquisition
+/// of `lock`: with `SET NX GET` (Redis 7.0 and later), the key's absolute
+/// expiry (`PEXPIRETIME`, one integer), which tells the node's clock at the
+/// grant plus the TTL; before 7.0, `TIME`.
+fn clock_reading(lock: &LockId, with_get: bool) -> Cmd {
+    if with_get {
+        let mut cmd = redis::cmd("PEXPIRETIME");
+        cmd.arg(&*lock.key);
+        cmd
+    } else {
+        redis::cmd("TIME")
+    }
 }
 
 /// A timed acquisition's reply (see [`acquire_request`]): the `SET`'s (with
@@ -996,7 +1041,7 @@ fn timed_reply(
     Ok(Exchanged {
         reply,
         legacy: false,
-        clock,
+        clock: clock.map_or(Clock::Unread, Clock::Read),
     })
 }
 
@@ -1006,8 +1051,9 @@ struct AcquireCall<'a> {
     lock: &'a LockId,
     ttl_ms: u64,
     counter_key: Option<&'a [u8]>,
-    /// With the node's clock read in the same request (see `clock.rs`).
-    timed: bool,
+    /// With the node's clock read after it (see `clock.rs`): batched with
+    /// the node's other timed votes, except on a cluster.
+    timed: Option<&'a Arc<Batches>>,
 }
 
 /// A node's reply to a call.
@@ -1016,7 +1062,17 @@ struct Exchanged {
     /// The legacy command (`SET NX` before Redis 7.0) gave it.
     legacy: bool,
     /// The node's clock, read after the call (a timed call).
-    clock: Option<Reading>,
+    clock: Clock,
+}
+
+/// The node's clock, as a call read it.
+enum Clock {
+    /// Not read (an untimed call, or a node that did not tell its time).
+    Unread,
+    /// Read after the call, not judged yet.
+    Read(Reading),
+    /// Read after the call's batch, and judged (see `batch.rs`).
+    Judged(Judged),
 }
 
 impl Exchanged {
@@ -1024,14 +1080,48 @@ impl Exchanged {
         Exchanged {
             reply,
             legacy,
-            clock: None,
+            clock: Clock::Unread,
+        }
+    }
+
+    fn landed(landed: Landed) -> Self {
+        Exchanged {
+            reply: landed.reply,
+            legacy: false,
+            clock: landed.clock.map_or(Clock::Unread, Clock::Judged),
         }
     }
 }
 
-/// [`run`], with `TIME` pipelined after `cmd`: the reply, with the node's
-/// clock read after it. A server's error in reply to `cmd` is the error.
+/// [`run`], with the node's clock read after `cmd` (in a batch, see
+/// `batch.rs`; on a cluster, in its own request): the reply, with the
+/// reading. A server's error in reply to `cmd` is the error.
 async fn run_timed(
+    connection: &mut Connection,
+    cmd: &Cmd,
+    script: Option<&Script>,
+    batches: &Arc<Batches>,
+) -> Result<Exchanged, RedisError> {
+    let mut loaded = false;
+    loop {
+        let landed = match &*connection {
+            Connection::One(one) => batches.send(vec![cmd.clone()], one).await,
+            Connection::Cluster(_) => return run_timed_alone(connection, cmd, script).await,
+        };
+        match (landed, script) {
+            (Err(err), Some(script))
+                if !loaded && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+            {
+                script.prepare_invoke().load_async(connection).await?;
+                loaded = true;
+            }
+            (landed, _) => return landed.map(Exchanged::landed),
+        }
+    }
+}
+
+/// [`run_timed`] in a request of its own: `TIME` pipelined after `cmd`.
+async fn run_timed_alone(
     connection: &mut Connection,
     cmd: &Cmd,
     script: Option<&Script>,
@@ -1066,7 +1156,7 @@ async fn run_timed(
                 return Ok(Exchanged {
                     reply,
                     legacy: false,
-                    clock,
+                    clock: clock.map_or(Clock::Unread, Clock::Read),
                 });
             }
             (None, _) => {

@@ -1,0 +1,478 @@
+//! Timed votes to one node, sent together: one clock reading per batch.
+//!
+//! Every vote that can grant a new key must read the node's clock after its
+//! grant (see `clock.rs`). Sent one by one, that is one more command per
+//! vote for the node to run and one more reply for the client to read. The
+//! votes that a node's client sends at about the same moment go out instead
+//! as one pipeline, the votes' commands in the order they came and one
+//! `TIME` at its end:
+//!
+//! - The first vote to find no batch gathering *leads*: it yields once to
+//!   the runtime (so that the other tasks ready to run add their votes),
+//!   then takes every vote gathered so far and sends them, with `TIME`, on
+//!   its connection. A vote that finds a batch gathering joins it and waits
+//!   for its reply. A batch in flight does not stop the next one from
+//!   gathering and leaving.
+//! - A node runs a pipeline's commands in order, so the `TIME` at its end
+//!   ran after every grant in it: the reading is judged once (`judge`), and
+//!   that verdict is each vote's, exactly as if each vote had read the clock
+//!   in its own request. Nothing is read before a grant that it vouches for.
+//! - Each vote gets its own replies: a server's error in reply to one
+//!   vote's command is that vote's error, and the others are not touched.
+//!   A connection's error is every vote's error.
+//! - A leader that is dropped (its call timed out, or its caller went away)
+//!   leaves its batch to a task of its own, which sends it and hands the
+//!   other votes their replies; outside a runtime the other votes fail with
+//!   an error that says so. No vote waits for a reply that cannot come.
+//!
+//! The batch adds no round trip: a lone vote leads at once, and its request
+//! leaves after one yield. Only connections to one server batch; a cluster's
+//! votes read the clock each in its own request (`node.rs`).
+//!
+//! Cancel safety: a vote's commands are sent once it has joined a batch,
+//! whether or not its caller still waits.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use futures::future::BoxFuture;
+use redis::aio::MultiplexedConnection;
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, Value};
+use tokio::sync::oneshot;
+
+use crate::answer::NotCounted;
+use crate::clock::Reading;
+use crate::tasks;
+
+/// What a reading of a node's clock says of the grants before it: `Ok`
+/// when they count, else why not (see `Standings::see_clock`).
+pub(crate) type Judged = Result<(), Arc<NotCounted>>;
+
+/// Judges a reading of the node's clock.
+pub(crate) type Judge = Box<dyn Fn(&Reading) -> Judged + Send + Sync>;
+
+/// Where a batch goes: a connection to the node.
+pub(crate) trait Carrier: Clone + Send + 'static {
+    /// Sends `pipeline` and reads its replies (every command's, errors
+    /// included).
+    fn carry(
+        self,
+        pipeline: Pipeline,
+    ) -> impl Future<Output = Result<Value, RedisError>> + Send + 'static;
+}
+
+impl Carrier for MultiplexedConnection {
+    async fn carry(mut self, pipeline: Pipeline) -> Result<Value, RedisError> {
+        pipeline.query_async(&mut self).await
+    }
+}
+
+/// One node's batches of timed votes.
+pub(crate) struct Batches {
+    /// The votes of the batch gathering now; `None` when none is.
+    gathering: Mutex<Option<Vec<Vote>>>,
+    judge: Judge,
+}
+
+impl std::fmt::Debug for Batches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batches").finish_non_exhaustive()
+    }
+}
+
+/// A vote in a batch: its commands, and where its replies go.
+struct Vote {
+    commands: Vec<Cmd>,
+    reply: oneshot::Sender<Result<Landed, RedisError>>,
+}
+
+/// A vote's reply from its batch.
+#[derive(Debug)]
+pub(crate) struct Landed {
+    /// The reply to its one command, or the array of its commands' replies.
+    pub(crate) reply: Value,
+    /// The verdict of the clock reading after it (`None`: the node did not
+    /// answer `TIME` with a time).
+    pub(crate) clock: Option<Judged>,
+}
+
+impl Batches {
+    /// A node's batches, whose readings `judge` judges.
+    pub(crate) fn new(judge: Judge) -> Arc<Self> {
+        Arc::new(Batches {
+            gathering: Mutex::new(None),
+            judge,
+        })
+    }
+
+    /// Sends `commands` (one vote: a server's error in reply to any of them
+    /// is its error) in the next batch, which the first vote of the batch
+    /// sends on its `carrier`; their replies, with the verdict of the clock
+    /// reading after them.
+    ///
+    /// Cancel safety: once this is first polled the commands are sent,
+    /// whether or not it runs to the end.
+    pub(crate) async fn send<C: Carrier>(
+        self: &Arc<Self>,
+        commands: Vec<Cmd>,
+        carrier: &C,
+    ) -> Result<Landed, RedisError> {
+        let (reply, landed) = oneshot::channel();
+        let leads = {
+            let mut gathering = tasks::lock(&self.gathering);
+            let leads = gathering.is_none();
+            (gathering.get_or_insert_with(Vec::new)).push(Vote { commands, reply });
+            leads
+        };
+        if leads {
+            let mut gathering = Gathering {
+                batches: self,
+                carrier,
+                gathered: false,
+            };
+            tokio::task::yield_now().await;
+            let votes = gathering.gather();
+            let mut flight = Flight(Some(Box::pin(fly(self.clone(), carrier.clone(), votes))));
+            if let Some(flying) = flight.0.as_mut() {
+                flying.await;
+            }
+            flight.0 = None;
+        }
+        landed.await.unwrap_or_else(|_| {
+            Err(RedisError::from((
+                ErrorKind::Io,
+                "a batch of votes was dropped outside a runtime",
+            )))
+        })
+    }
+}
+
+/// A batch its leader gathers; dropped before it gathered, the batch flies
+/// in a task of its own.
+struct Gathering<'a, C: Carrier> {
+    batches: &'a Arc<Batches>,
+    carrier: &'a C,
+    gathered: bool,
+}
+
+impl<C: Carrier> Gathering<'_, C> {
+    /// The votes gathered: the batch, closed to new votes.
+    fn gather(&mut self) -> Vec<Vote> {
+        self.gathered = true;
+        tasks::lock(&self.batches.gathering)
+            .take()
+            .unwrap_or_default()
+    }
+}
+
+impl<C: Carrier> Drop for Gathering<'_, C> {
+    fn drop(&mut self) {
+        if !self.gathered {
+            let votes = self.gather();
+            let flight = fly(self.batches.clone(), self.carrier.clone(), votes);
+            // Outside a runtime the votes' senders drop with it: each vote
+            // fails, none waits.
+            tasks::spawn(flight);
+        }
+    }
+}
+
+/// A batch on its way, driven by its leader; dropped before it landed, it
+/// goes on in a task of its own.
+struct Flight(Option<BoxFuture<'static, ()>>);
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        if let Some(flying) = self.0.take() {
+            // Outside a runtime the votes' senders drop with it: each vote
+            // fails, none waits.
+            tasks::spawn(flying);
+        }
+    }
+}
+
+/// Sends the batch of `votes` on `carrier` with `TIME` at its end, and
+/// hands each vote its replies.
+async fn fly<C: Carrier>(batches: Arc<Batches>, carrier: C, votes: Vec<Vote>) {
+    if votes.is_empty() {
+        return;
+    }
+    let commands = votes.iter().map(|vote| vote.commands.len()).sum::<usize>();
+    let mut pipeline = Pipeline::with_capacity(commands + 1);
+    pipeline.ignore_errors();
+    let mut waiting = Vec::with_capacity(votes.len());
+    for vote in votes {
+        waiting.push((vote.commands.len(), vote.reply));
+        for command in vote.commands {
+            pipeline.add_command(command);
+        }
+    }
+    pipeline.cmd("TIME");
+    let sent = Instant::now();
+    let replies = carrier.carry(pipeline).await;
+    let received = Instant::now();
+    land(&batches.judge, waiting, replies, (sent, received));
+}
+
+/// Hands each of the `waiting` votes (with how many commands each sent)
+/// its share of `replies`, and the verdict of the clock reading at their end.
+fn land(
+    judge: &Judge,
+    waiting: Vec<(usize, oneshot::Sender<Result<Landed, RedisError>>)>,
+    replies: Result<Value, RedisError>,
+    (sent, received): (Instant, Instant),
+) {
+    let commands = waiting.iter().map(|(count, _)| count).sum::<usize>();
+    let mut replies = match replies {
+        Ok(Value::Array(replies)) if replies.len() == commands + 1 => replies,
+        Ok(_) => {
+            let err = RedisError::from((ErrorKind::Parse, "a batch's replies do not match it"));
+            return fail(waiting, &err);
+        }
+        Err(err) => return fail(waiting, &err),
+    };
+    let clock = (replies.pop())
+        .and_then(|time| Reading::from_reply(&time, sent, received))
+        .map(|reading| judge(&reading));
+    let mut replies = replies.into_iter();
+    for (count, reply) in waiting {
+        let own = own(replies.by_ref().take(count).collect());
+        let landed = own.map(|reply| Landed {
+            reply,
+            clock: clock.clone(),
+        });
+        // A vote whose caller went away needs no reply.
+        let _ = reply.send(landed);
+    }
+}
+
+/// Every vote's reply: `err`.
+fn fail(waiting: Vec<(usize, oneshot::Sender<Result<Landed, RedisError>>)>, err: &RedisError) {
+    for (_, reply) in waiting {
+        let _ = reply.send(Err(err.clone()));
+    }
+}
+
+/// One vote's `replies` as its reply: the first server error among them,
+/// else its one command's reply, or the array of its commands' replies.
+fn own(mut replies: Vec<Value>) -> Result<Value, RedisError> {
+    let refused = replies.iter().find_map(|reply| match reply {
+        Value::ServerError(err) => Some(err.clone()),
+        _ => None,
+    });
+    if let Some(err) = refused {
+        return Err(RedisError::from(err));
+    }
+    match replies.len() {
+        1 => Ok(replies.pop().unwrap_or(Value::Nil)),
+        _ => Ok(Value::Array(replies)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use futures::FutureExt;
+    use tokio::sync::Notify;
+
+    use super::*;
+
+    /// A carrier that answers each command with its first argument (as an
+    /// integer), `-WRONGTYPE` for an argument `bad`, and `TIME` with a
+    /// time; or fails every batch. It keeps each batch's commands, and may
+    /// hold a batch until `release` is notified.
+    #[derive(Clone, Default)]
+    struct Mock {
+        batches: Arc<Mutex<Vec<Vec<String>>>>,
+        broken: bool,
+        release: Option<Arc<Notify>>,
+    }
+
+    impl Carrier for Mock {
+        async fn carry(self, pipeline: Pipeline) -> Result<Value, RedisError> {
+            let commands: Vec<String> = (pipeline.cmd_iter())
+                .map(|cmd| {
+                    let args: Vec<String> = (cmd.args_iter())
+                        .map(|arg| match arg {
+                            redis::Arg::Simple(arg) => String::from_utf8_lossy(arg).into_owned(),
+                            _ => "0".to_owned(),
+                        })
+                        .collect();
+                    args.join(" ")
+                })
+                .collect();
+            tasks::lock(&self.batches).push(commands.clone());
+            if let Some(release) = &self.release {
+                release.notified().await;
+            }
+            if self.broken {
+                return Err(RedisError::from((ErrorKind::Io, "connection reset")));
+            }
+            let replies = commands.iter().map(|command| match command.as_str() {
+                "TIME" => Value::Array(vec![
+                    Value::BulkString(b"1700000000".to_vec()),
+                    Value::BulkString(b"5".to_vec()),
+                ]),
+                "GET bad" => {
+                    redis::parse_redis_value(b"-WRONGTYPE not a string\r\n").unwrap_or(Value::Nil)
+                }
+                command => Value::Int(command[4..].parse().unwrap_or(-1)),
+            });
+            Ok(Value::Array(replies.collect()))
+        }
+    }
+
+    fn get(arg: &str) -> Vec<Cmd> {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(arg);
+        vec![cmd]
+    }
+
+    /// Batches whose judge counts its calls and passes every reading.
+    fn batches(judged: &Arc<AtomicUsize>) -> Arc<Batches> {
+        let judged = judged.clone();
+        Batches::new(Box::new(move |reading| {
+            assert_eq!(reading.node_us, 1_700_000_000_000_005);
+            judged.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }))
+    }
+
+    #[tokio::test]
+    async fn votes_sent_at_once_go_in_one_batch_with_one_reading_at_its_end() {
+        let judged = Arc::new(AtomicUsize::new(0));
+        let batches = batches(&judged);
+        let mock = Mock::default();
+        let votes = (1..=5).map(|n| batches.send(get(&n.to_string()), &mock));
+        let landed = futures::future::join_all(votes).await;
+        for (n, landed) in (1..=5).zip(landed) {
+            let landed = landed.expect("each vote its reply");
+            assert_eq!(landed.reply, Value::Int(n), "vote {n} got another's reply");
+            assert!(matches!(landed.clock, Some(Ok(()))));
+        }
+        let sent = tasks::lock(&mock.batches).clone();
+        assert_eq!(
+            sent,
+            vec![vec!["GET 1", "GET 2", "GET 3", "GET 4", "GET 5", "TIME"]]
+        );
+        assert_eq!(judged.load(Ordering::SeqCst), 1, "one reading, judged once");
+    }
+
+    #[tokio::test]
+    async fn a_refused_command_is_its_own_votes_error_only() {
+        let batches = batches(&Arc::default());
+        let mock = Mock::default();
+        let mut two = get("2");
+        two.extend(get("bad"));
+        let votes = [get("1"), two, get("3")].map(|commands| batches.send(commands, &mock));
+        let [one, two, three] = futures::future::join_all(votes)
+            .await
+            .try_into()
+            .unwrap_or_else(|_| panic!("three replies"));
+        assert_eq!(one.map(|landed| landed.reply).ok(), Some(Value::Int(1)));
+        let err = two.expect_err("the refused vote fails");
+        assert_eq!(err.code(), Some("WRONGTYPE"), "{err}");
+        assert_eq!(three.map(|landed| landed.reply).ok(), Some(Value::Int(3)));
+    }
+
+    #[tokio::test]
+    async fn a_vote_of_several_commands_gets_their_replies_in_an_array() {
+        let batches = batches(&Arc::default());
+        let mock = Mock::default();
+        let mut both = get("7");
+        both.extend(get("8"));
+        let landed = batches.send(both, &mock).await.expect("a reply");
+        assert_eq!(
+            landed.reply,
+            Value::Array(vec![Value::Int(7), Value::Int(8)])
+        );
+    }
+
+    #[tokio::test]
+    async fn a_broken_connection_is_every_votes_error() {
+        let batches = batches(&Arc::default());
+        let mock = Mock {
+            broken: true,
+            ..Mock::default()
+        };
+        let votes = (1..=3).map(|n| batches.send(get(&n.to_string()), &mock));
+        for landed in futures::future::join_all(votes).await {
+            let err = landed.expect_err("every vote fails");
+            assert_eq!(err.kind(), ErrorKind::Io);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_dropped_leader_leaves_its_batch_to_land_for_the_others() {
+        let batches = batches(&Arc::default());
+        let release = Arc::new(Notify::new());
+        let mock = Mock {
+            release: Some(release.clone()),
+            ..Mock::default()
+        };
+        // The leader gathers (yields); a second vote joins its batch.
+        let mut leader = Box::pin(batches.send(get("1"), &mock));
+        assert!((&mut leader).now_or_never().is_none());
+        let follower = tokio::spawn({
+            let (batches, mock) = (batches.clone(), mock.clone());
+            async move { batches.send(get("2"), &mock).await }
+        });
+        tokio::task::yield_now().await;
+        // Dropped while gathering: the batch goes on without it.
+        drop(leader);
+        release.notify_one();
+        let landed = tokio::time::timeout(Duration::from_secs(10), follower)
+            .await
+            .expect("the follower's reply came")
+            .expect("the follower's task ran");
+        assert_eq!(landed.map(|landed| landed.reply).ok(), Some(Value::Int(2)));
+        let sent = tasks::lock(&mock.batches).clone();
+        assert_eq!(sent, vec![vec!["GET 1", "GET 2", "TIME"]]);
+    }
+
+    #[tokio::test]
+    async fn a_leader_dropped_in_flight_still_hands_the_others_their_replies() {
+        let batches = batches(&Arc::default());
+        let release = Arc::new(Notify::new());
+        let mock = Mock {
+            release: Some(release.clone()),
+            ..Mock::default()
+        };
+        let leader = {
+            let (batches, mock) = (batches.clone(), mock.clone());
+            tokio::spawn(async move { batches.send(get("1"), &mock).await })
+        };
+        let follower = {
+            let (batches, mock) = (batches.clone(), mock.clone());
+            tokio::spawn(async move { batches.send(get("2"), &mock).await })
+        };
+        // Wait until the batch is in flight, then drop its leader.
+        while tasks::lock(&mock.batches).is_empty() {
+            tokio::task::yield_now().await;
+        }
+        leader.abort();
+        release.notify_one();
+        let landed = tokio::time::timeout(Duration::from_secs(10), follower)
+            .await
+            .expect("the follower's reply came")
+            .expect("the follower's task ran");
+        assert_eq!(landed.map(|landed| landed.reply).ok(), Some(Value::Int(2)));
+    }
+
+    #[test]
+    fn outside_a_runtime_a_dropped_leaders_followers_fail_instead_of_waiting() {
+        let batches = batches(&Arc::default());
+        let mock = Mock::default();
+        let mut leader = Box::pin(batches.send(get("1"), &mock));
+        let mut follower = Box::pin(batches.send(get("2"), &mock));
+        assert!((&mut leader).now_or_never().is_none());
+        assert!((&mut follower).now_or_never().is_none());
+        drop(leader);
+        let landed = futures::executor::block_on(follower);
+        let err = landed.expect_err("the follower fails");
+        assert!(err.to_string().contains("outside a runtime"), "{err}");
+    }
+}
