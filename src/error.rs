@@ -342,7 +342,8 @@ pub enum LostReason {
     ClockStepped {
         /// The node whose step left too few holders (`host:port`).
         node: String,
-        /// How far ahead its clock stepped, about.
+        /// How far ahead its clock stepped, about (zero where a note another
+        /// client wrote told it).
         ahead: std::time::Duration,
     },
     /// The holder released the lock, or gave it up: the guard was unlocked,
@@ -381,9 +382,13 @@ impl fmt::Display for LostReason {
             ),
             LostReason::ClockStepped { node, ahead } => write!(
                 f,
-                "the wall clock of node {node} stepped forward by {:.1} s, which expires keys \
-                 early: it may have lost the key, leaving fewer than a quorum of holders",
-                ahead.as_secs_f64()
+                "the wall clock of node {node} stepped forward{}, which expires keys early: it \
+                 may have lost the key, leaving fewer than a quorum of holders",
+                if ahead.is_zero() {
+                    " (another client saw it)".to_owned()
+                } else {
+                    format!(" by {:.1} s", ahead.as_secs_f64())
+                }
             ),
             LostReason::Released => f.write_str("released by its holder"),
         }
@@ -403,4 +408,33 @@ fn show_nodes(what: &str, nodes: &[NodeError]) -> String {
         shown.push_str(&err.to_string());
     }
     shown
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::LostReason;
+
+    #[test]
+    fn a_clock_step_tells_how_far_or_who_saw_it() {
+        let seen = LostReason::ClockStepped {
+            node: "127.0.0.1:6379".to_owned(),
+            ahead: Duration::from_secs(30),
+        };
+        assert!(
+            seen.to_string().contains("stepped forward by 30.0 s"),
+            "{seen}"
+        );
+        let noted = LostReason::ClockStepped {
+            node: "127.0.0.1:6379".to_owned(),
+            ahead: Duration::ZERO,
+        };
+        let noted = noted.to_string();
+        assert!(
+            noted.contains("stepped forward (another client saw it)"),
+            "{noted}"
+        );
+        assert!(!noted.contains("0.0 s"), "{noted}");
+    }
 }

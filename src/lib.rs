@@ -263,8 +263,9 @@
 //! forward (NTP stepping instead of slewing, a resumed VM, an administrator)
 //! loses its keys early, and would grant a lock whose key a valid holder
 //! still counts on. quorlock reads every node's clock (`TIME`, pipelined
-//! after each acquisition, in each connection's check, and once a second in
-//! the background: no extra round trip on the lock path) and compares it
+//! after each batch of acquisitions sent to a node at once, in each
+//! connection's check, and once a second in the background: no extra round
+//! trip on the lock path) and compares it
 //! with its own monotonic clock and with the other nodes. A node whose clock
 //! ran ahead by more than the
 //! [clock tolerance](RedlockBuilder::clock_tolerance) (100 ms by default)
