@@ -7,6 +7,9 @@
 //! as one pipeline, the votes' commands in the order they came and one
 //! `TIME` at its end:
 //!
+//! - Only votes sent while other calls are under way on the node's
+//!   connection ([`Batches::busy`]) come here; a vote sent alone goes out
+//!   at once, with its reading pipelined after it (`node.rs`).
 //! - The first vote to find no batch gathering *leads*: it yields once to
 //!   the runtime (so that the other tasks ready to run add their votes),
 //!   then takes every vote gathered so far and sends them, with `TIME`, on
@@ -25,8 +28,14 @@
 //!   other votes their replies; outside a runtime the other votes fail with
 //!   an error that says so. No vote waits for a reply that cannot come.
 //!
-//! The batch adds no round trip: a lone vote leads at once, and its request
-//! leaves after one yield. Only connections to one server batch; a cluster's
+//! - A batch of one acquisition (`SET NX GET`) reads the clock with
+//!   `PEXPIRETIME` of its key instead: the key's absolute expiry, less the
+//!   TTL, is the node's clock at the grant, one integer to read (and a
+//!   refusal needs no reading).
+//!
+//! The batch adds no round trip, and a lone vote does not wait for one: it
+//! is not batched (as the connection's driver yields only where other
+//! calls are under way, see `connection.rs`). Only connections to one server batch; a cluster's
 //! votes read the clock each in its own request (`node.rs`).
 //!
 //! Cancel safety: a vote's commands are sent once it has joined a batch,
@@ -52,6 +61,10 @@ pub(crate) type Judged = Result<(), Arc<NotCounted>>;
 /// Judges a reading of the node's clock.
 pub(crate) type Judge = Box<dyn Fn(&Reading) -> Judged + Send + Sync>;
 
+/// Whether other calls are under way to the node (so that other votes may
+/// join a batch that waits for them).
+pub(crate) type Busy = Box<dyn Fn() -> bool + Send + Sync>;
+
 /// Where a batch goes: a connection to the node.
 pub(crate) trait Carrier: Clone + Send + 'static {
     /// Sends `pipeline` and reads its replies (every command's, errors
@@ -73,6 +86,7 @@ pub(crate) struct Batches {
     /// The votes of the batch gathering now; `None` when none is.
     gathering: Mutex<Option<Vec<Vote>>>,
     judge: Judge,
+    busy: Busy,
 }
 
 impl std::fmt::Debug for Batches {
@@ -84,7 +98,17 @@ impl std::fmt::Debug for Batches {
 /// A vote in a batch: its commands, and where its replies go.
 struct Vote {
     commands: Vec<Cmd>,
+    expiry: Option<Expiry>,
     reply: oneshot::Sender<Result<Landed, RedisError>>,
+}
+
+/// An acquisition's key and TTL: alone in its batch, the vote reads the
+/// node's clock from the key's expiry (`PEXPIRETIME`) when its first
+/// command (`SET NX GET`) answered nil (set).
+#[derive(Debug, Clone)]
+pub(crate) struct Expiry {
+    pub(crate) key: Arc<[u8]>,
+    pub(crate) ttl_ms: u64,
 }
 
 /// A vote's reply from its batch.
@@ -98,31 +122,45 @@ pub(crate) struct Landed {
 }
 
 impl Batches {
-    /// A node's batches, whose readings `judge` judges.
-    pub(crate) fn new(judge: Judge) -> Arc<Self> {
+    /// A node's batches, whose readings `judge` judges; votes are batched
+    /// while the node is `busy`.
+    pub(crate) fn new(judge: Judge, busy: Busy) -> Arc<Self> {
         Arc::new(Batches {
             gathering: Mutex::new(None),
             judge,
+            busy,
         })
+    }
+
+    /// Whether other calls are under way to the node: a vote is batched
+    /// only then.
+    pub(crate) fn busy(&self) -> bool {
+        (self.busy)()
     }
 
     /// Sends `commands` (one vote: a server's error in reply to any of them
     /// is its error) in the next batch, which the first vote of the batch
     /// sends on its `carrier`; their replies, with the verdict of the clock
-    /// reading after them.
+    /// reading after them (from the key's `expiry` where the vote is alone
+    /// in its batch).
     ///
     /// Cancel safety: once this is first polled the commands are sent,
     /// whether or not it runs to the end.
     pub(crate) async fn send<C: Carrier>(
         self: &Arc<Self>,
         commands: Vec<Cmd>,
+        expiry: Option<Expiry>,
         carrier: &C,
     ) -> Result<Landed, RedisError> {
         let (reply, landed) = oneshot::channel();
         let leads = {
             let mut gathering = tasks::lock(&self.gathering);
             let leads = gathering.is_none();
-            (gathering.get_or_insert_with(Vec::new)).push(Vote { commands, reply });
+            (gathering.get_or_insert_with(Vec::new)).push(Vote {
+                commands,
+                expiry,
+                reply,
+            });
             leads
         };
         if leads {
@@ -194,13 +232,17 @@ impl Drop for Flight {
 
 /// Sends the batch of `votes` on `carrier` with `TIME` at its end, and
 /// hands each vote its replies.
-async fn fly<C: Carrier>(batches: Arc<Batches>, carrier: C, votes: Vec<Vote>) {
+async fn fly<C: Carrier>(batches: Arc<Batches>, carrier: C, mut votes: Vec<Vote>) {
     if votes.is_empty() {
         return;
     }
     let commands = votes.iter().map(|vote| vote.commands.len()).sum::<usize>();
     let mut pipeline = Pipeline::with_capacity(commands + 1);
     pipeline.ignore_errors();
+    let expiry = match votes.as_mut_slice() {
+        [vote] => vote.expiry.take(),
+        _ => None,
+    };
     let mut waiting = Vec::with_capacity(votes.len());
     for vote in votes {
         waiting.push((vote.commands.len(), vote.reply));
@@ -208,11 +250,44 @@ async fn fly<C: Carrier>(batches: Arc<Batches>, carrier: C, votes: Vec<Vote>) {
             pipeline.add_command(command);
         }
     }
-    pipeline.cmd("TIME");
+    match &expiry {
+        Some(expiry) => pipeline.cmd("PEXPIRETIME").arg(&*expiry.key),
+        None => pipeline.cmd("TIME"),
+    };
     let sent = Instant::now();
     let replies = carrier.carry(pipeline).await;
     let received = Instant::now();
-    land(&batches.judge, waiting, replies, (sent, received));
+    let read = Read {
+        expiry,
+        sent,
+        received,
+    };
+    land(&batches.judge, waiting, replies, read);
+}
+
+/// How a batch read the node's clock: `PEXPIRETIME` of a lone
+/// acquisition's key (`expiry`) or `TIME`, sent and answered when.
+struct Read {
+    expiry: Option<Expiry>,
+    sent: Instant,
+    received: Instant,
+}
+
+impl Read {
+    /// The reading in `reply`, the last of the batch's `replies` (the
+    /// others).
+    fn reading(&self, reply: Option<Value>, replies: &[Value]) -> Option<Reading> {
+        let (sent, received) = (self.sent, self.received);
+        match (reply?, &self.expiry) {
+            // Our key's expiry: the node's clock at the grant plus the
+            // TTL. A refusal's is another holder's, and needs no reading.
+            (Value::Int(expires_ms), Some(expiry)) if replies.first() == Some(&Value::Nil) => {
+                Reading::from_expiry(expires_ms, expiry.ttl_ms, sent, received)
+            }
+            (_, Some(_)) => None,
+            (time, None) => Reading::from_reply(&time, sent, received),
+        }
+    }
 }
 
 /// Hands each of the `waiting` votes (with how many commands each sent)
@@ -221,7 +296,7 @@ fn land(
     judge: &Judge,
     waiting: Vec<(usize, oneshot::Sender<Result<Landed, RedisError>>)>,
     replies: Result<Value, RedisError>,
-    (sent, received): (Instant, Instant),
+    read: Read,
 ) {
     let commands = waiting.iter().map(|(count, _)| count).sum::<usize>();
     let mut replies = match replies {
@@ -232,9 +307,8 @@ fn land(
         }
         Err(err) => return fail(waiting, &err),
     };
-    let clock = (replies.pop())
-        .and_then(|time| Reading::from_reply(&time, sent, received))
-        .map(|reading| judge(&reading));
+    let reading = replies.pop();
+    let clock = (read.reading(reading, &replies)).map(|reading| judge(&reading));
     let mut replies = replies.into_iter();
     for (count, reply) in waiting {
         let own = own(replies.by_ref().take(count).collect());
@@ -319,6 +393,11 @@ mod tests {
                 "GET bad" => {
                     redis::parse_redis_value(b"-WRONGTYPE not a string\r\n").unwrap_or(Value::Nil)
                 }
+                // Set: nil; taken: the holder's token.
+                "SET free" => Value::Nil,
+                "SET taken" => Value::BulkString(b"theirs".to_vec()),
+                // Set at 1,700,000,000,000 ms with a TTL of 10 s.
+                command if command.starts_with("PEXPIRETIME") => Value::Int(1_700_000_010_000),
                 command => Value::Int(command[4..].parse().unwrap_or(-1)),
             });
             Ok(Value::Array(replies.collect()))
@@ -334,11 +413,18 @@ mod tests {
     /// Batches whose judge counts its calls and passes every reading.
     fn batches(judged: &Arc<AtomicUsize>) -> Arc<Batches> {
         let judged = judged.clone();
-        Batches::new(Box::new(move |reading| {
-            assert_eq!(reading.node_us, 1_700_000_000_000_005);
-            judged.fetch_add(1, Ordering::SeqCst);
-            Ok(())
-        }))
+        Batches::new(
+            Box::new(move |reading| {
+                assert_eq!(
+                    reading.node_us / 1000,
+                    1_700_000_000_000,
+                    "the node's clock"
+                );
+                judged.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }),
+            Box::new(|| true),
+        )
     }
 
     #[tokio::test]
@@ -346,7 +432,7 @@ mod tests {
         let judged = Arc::new(AtomicUsize::new(0));
         let batches = batches(&judged);
         let mock = Mock::default();
-        let votes = (1..=5).map(|n| batches.send(get(&n.to_string()), &mock));
+        let votes = (1..=5).map(|n| batches.send(get(&n.to_string()), None, &mock));
         let landed = futures::future::join_all(votes).await;
         for (n, landed) in (1..=5).zip(landed) {
             let landed = landed.expect("each vote its reply");
@@ -361,13 +447,69 @@ mod tests {
         assert_eq!(judged.load(Ordering::SeqCst), 1, "one reading, judged once");
     }
 
+    fn set(key: &str) -> (Vec<Cmd>, Option<Expiry>) {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(key);
+        let expiry = Expiry {
+            key: key.as_bytes().into(),
+            ttl_ms: 10_000,
+        };
+        (vec![cmd], Some(expiry))
+    }
+
+    #[tokio::test]
+    async fn a_lone_acquisition_reads_the_clock_from_its_keys_expiry() {
+        let judged = Arc::new(AtomicUsize::new(0));
+        let batches = batches(&judged);
+        let mock = Mock::default();
+        let (commands, expiry) = set("free");
+        let landed = batches
+            .send(commands, expiry, &mock)
+            .await
+            .expect("a reply");
+        assert_eq!(landed.reply, Value::Nil);
+        assert!(matches!(landed.clock, Some(Ok(()))), "{:?}", landed.clock);
+        // Refused: another holder's expiry says nothing of the node's clock.
+        let (commands, expiry) = set("taken");
+        let landed = batches
+            .send(commands, expiry, &mock)
+            .await
+            .expect("a reply");
+        assert!(landed.clock.is_none(), "{:?}", landed.clock);
+        let sent = tasks::lock(&mock.batches).clone();
+        assert_eq!(
+            sent,
+            vec![
+                vec!["SET free", "PEXPIRETIME free"],
+                vec!["SET taken", "PEXPIRETIME taken"]
+            ]
+        );
+        assert_eq!(judged.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn acquisitions_in_a_batch_together_read_the_clock_with_time() {
+        let batches = batches(&Arc::default());
+        let mock = Mock::default();
+        let votes = ["free", "taken"].map(|key| {
+            let (commands, expiry) = set(key);
+            batches.send(commands, expiry, &mock)
+        });
+        for landed in futures::future::join_all(votes).await {
+            let landed = landed.expect("a reply");
+            assert!(matches!(landed.clock, Some(Ok(()))), "{:?}", landed.clock);
+        }
+        let sent = tasks::lock(&mock.batches).clone();
+        assert_eq!(sent, vec![vec!["SET free", "SET taken", "TIME"]]);
+    }
+
     #[tokio::test]
     async fn a_refused_command_is_its_own_votes_error_only() {
         let batches = batches(&Arc::default());
         let mock = Mock::default();
         let mut two = get("2");
         two.extend(get("bad"));
-        let votes = [get("1"), two, get("3")].map(|commands| batches.send(commands, &mock));
+        let votes = [get("1"), two, get("3")].map(|commands| batches.send(commands, None, &mock));
         let [one, two, three] = futures::future::join_all(votes)
             .await
             .try_into()
@@ -384,7 +526,7 @@ mod tests {
         let mock = Mock::default();
         let mut both = get("7");
         both.extend(get("8"));
-        let landed = batches.send(both, &mock).await.expect("a reply");
+        let landed = batches.send(both, None, &mock).await.expect("a reply");
         assert_eq!(
             landed.reply,
             Value::Array(vec![Value::Int(7), Value::Int(8)])
@@ -398,7 +540,7 @@ mod tests {
             broken: true,
             ..Mock::default()
         };
-        let votes = (1..=3).map(|n| batches.send(get(&n.to_string()), &mock));
+        let votes = (1..=3).map(|n| batches.send(get(&n.to_string()), None, &mock));
         for landed in futures::future::join_all(votes).await {
             let err = landed.expect_err("every vote fails");
             assert_eq!(err.kind(), ErrorKind::Io);
@@ -414,11 +556,11 @@ mod tests {
             ..Mock::default()
         };
         // The leader gathers (yields); a second vote joins its batch.
-        let mut leader = Box::pin(batches.send(get("1"), &mock));
+        let mut leader = Box::pin(batches.send(get("1"), None, &mock));
         assert!((&mut leader).now_or_never().is_none());
         let follower = tokio::spawn({
             let (batches, mock) = (batches.clone(), mock.clone());
-            async move { batches.send(get("2"), &mock).await }
+            async move { batches.send(get("2"), None, &mock).await }
         });
         tokio::task::yield_now().await;
         // Dropped while gathering: the batch goes on without it.
@@ -443,11 +585,11 @@ mod tests {
         };
         let leader = {
             let (batches, mock) = (batches.clone(), mock.clone());
-            tokio::spawn(async move { batches.send(get("1"), &mock).await })
+            tokio::spawn(async move { batches.send(get("1"), None, &mock).await })
         };
         let follower = {
             let (batches, mock) = (batches.clone(), mock.clone());
-            tokio::spawn(async move { batches.send(get("2"), &mock).await })
+            tokio::spawn(async move { batches.send(get("2"), None, &mock).await })
         };
         // Wait until the batch is in flight, then drop its leader.
         while tasks::lock(&mock.batches).is_empty() {
@@ -466,8 +608,8 @@ mod tests {
     fn outside_a_runtime_a_dropped_leaders_followers_fail_instead_of_waiting() {
         let batches = batches(&Arc::default());
         let mock = Mock::default();
-        let mut leader = Box::pin(batches.send(get("1"), &mock));
-        let mut follower = Box::pin(batches.send(get("2"), &mock));
+        let mut leader = Box::pin(batches.send(get("1"), None, &mock));
+        let mut follower = Box::pin(batches.send(get("2"), None, &mock));
         assert!((&mut leader).now_or_never().is_none());
         assert!((&mut follower).now_or_never().is_none());
         drop(leader);

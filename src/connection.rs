@@ -234,6 +234,13 @@ impl Link {
         Outstanding(traffic)
     }
 
+    /// Whether calls other than the caller's own are under way on the link
+    /// (a caller counts itself with [`outstanding`](Self::outstanding)
+    /// first).
+    pub(crate) fn busy(&self) -> bool {
+        self.traffic.outstanding.load(Ordering::Relaxed) > 1
+    }
+
     /// Whether the server behind the node moves in failovers (a Sentinel
     /// node).
     pub(crate) fn follows_failovers(&self) -> bool {

@@ -21,7 +21,7 @@ use std::time::Duration;
 use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use crate::answer::{Answer, NodeError, NodeErrorKind, NotCounted};
-use crate::batch::{Batches, Judged, Landed};
+use crate::batch::{Batches, Expiry, Judged, Landed};
 use crate::clock::Reading;
 use crate::connection::{self, Connection, Link};
 use crate::queue::{self, Place};
@@ -279,14 +279,21 @@ impl Node {
         };
         let name = standings.name(index).into();
         let standing = Arc::new(Standing { standings, index });
-        let batches = Batches::new({
-            let standing = standing.clone();
-            Box::new(move |reading| standing.judge(reading))
-        });
+        let link = Link::new(target, connect_timeout, check);
+        let batches = Batches::new(
+            {
+                let standing = standing.clone();
+                Box::new(move |reading| standing.judge(reading))
+            },
+            {
+                let link = link.clone();
+                Box::new(move || link.busy())
+            },
+        );
         Node {
             shared: Arc::new(Shared {
                 name,
-                link: Link::new(target, connect_timeout, check),
+                link,
                 timeout,
                 connect_timeout,
                 legacy_set,
@@ -925,9 +932,16 @@ async fn acquire(
 ) -> Result<Exchanged, RedisError> {
     let (set, counter) = acquire_commands(call, with_get);
     match (call.timed, &*connection) {
-        (Some(batches), Connection::One(one)) => {
+        (Some(batches), Connection::One(one)) if batches.busy() => {
             let commands = [Some(set), counter].into_iter().flatten().collect();
-            Ok(Exchanged::landed(batches.send(commands, one).await?))
+            // `SET NX GET` answers nil when it set the key.
+            let expiry = with_get.then(|| Expiry {
+                key: call.lock.key.clone(),
+                ttl_ms: call.ttl_ms,
+            });
+            Ok(Exchanged::landed(
+                batches.send(commands, expiry, one).await?,
+            ))
         }
         (timed, _) => {
             let reading = timed.map(|_| clock_reading(call.lock, with_get));
@@ -1052,7 +1066,8 @@ struct AcquireCall<'a> {
     ttl_ms: u64,
     counter_key: Option<&'a [u8]>,
     /// With the node's clock read after it (see `clock.rs`): batched with
-    /// the node's other timed votes, except on a cluster.
+    /// the node's other timed votes while it is busy, except on a cluster;
+    /// else in its own request.
     timed: Option<&'a Arc<Batches>>,
 }
 
@@ -1093,9 +1108,10 @@ impl Exchanged {
     }
 }
 
-/// [`run`], with the node's clock read after `cmd` (in a batch, see
-/// `batch.rs`; on a cluster, in its own request): the reply, with the
-/// reading. A server's error in reply to `cmd` is the error.
+/// [`run`], with the node's clock read after `cmd` (in a batch while the
+/// node is busy, see `batch.rs`; else, and on a cluster, in its own
+/// request): the reply, with the reading. A server's error in reply to
+/// `cmd` is the error.
 async fn run_timed(
     connection: &mut Connection,
     cmd: &Cmd,
@@ -1105,8 +1121,10 @@ async fn run_timed(
     let mut loaded = false;
     loop {
         let landed = match &*connection {
-            Connection::One(one) => batches.send(vec![cmd.clone()], one).await,
-            Connection::Cluster(_) => return run_timed_alone(connection, cmd, script).await,
+            Connection::One(one) if batches.busy() => {
+                batches.send(vec![cmd.clone()], None, one).await
+            }
+            _ => return run_timed_alone(connection, cmd, script).await,
         };
         match (landed, script) {
             (Err(err), Some(script))
