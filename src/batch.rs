@@ -547,30 +547,48 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_dropped_leader_leaves_its_batch_to_land_for_the_others() {
-        let batches = batches(&Arc::default());
+    /// A mock that holds each batch until `release` is notified.
+    fn held() -> (Mock, Arc<Notify>) {
         let release = Arc::new(Notify::new());
         let mock = Mock {
             release: Some(release.clone()),
             ..Mock::default()
         };
-        // The leader gathers (yields); a second vote joins its batch.
-        let mut leader = Box::pin(batches.send(get("1"), None, &mock));
-        assert!((&mut leader).now_or_never().is_none());
-        let follower = tokio::spawn({
-            let (batches, mock) = (batches.clone(), mock.clone());
-            async move { batches.send(get("2"), None, &mock).await }
-        });
-        tokio::task::yield_now().await;
-        // Dropped while gathering: the batch goes on without it.
-        drop(leader);
-        release.notify_one();
+        (mock, release)
+    }
+
+    /// A vote of `GET arg` in a task of its own.
+    fn spawned(
+        batches: &Arc<Batches>,
+        mock: &Mock,
+        arg: &'static str,
+    ) -> tokio::task::JoinHandle<Result<Landed, RedisError>> {
+        let (batches, mock) = (batches.clone(), mock.clone());
+        tokio::spawn(async move { batches.send(get(arg), None, &mock).await })
+    }
+
+    /// The reply `follower` got, within a bound that catches a hang.
+    async fn reply_of(follower: tokio::task::JoinHandle<Result<Landed, RedisError>>) -> Value {
         let landed = tokio::time::timeout(Duration::from_secs(10), follower)
             .await
             .expect("the follower's reply came")
             .expect("the follower's task ran");
-        assert_eq!(landed.map(|landed| landed.reply).ok(), Some(Value::Int(2)));
+        landed.expect("the follower's vote landed").reply
+    }
+
+    #[tokio::test]
+    async fn a_dropped_leader_leaves_its_batch_to_land_for_the_others() {
+        let batches = batches(&Arc::default());
+        let (mock, release) = held();
+        // The leader gathers (yields); a second vote joins its batch.
+        let mut leader = Box::pin(batches.send(get("1"), None, &mock));
+        assert!((&mut leader).now_or_never().is_none());
+        let follower = spawned(&batches, &mock, "2");
+        tokio::task::yield_now().await;
+        // Dropped while gathering: the batch goes on without it.
+        drop(leader);
+        release.notify_one();
+        assert_eq!(reply_of(follower).await, Value::Int(2));
         let sent = tasks::lock(&mock.batches).clone();
         assert_eq!(sent, vec![vec!["GET 1", "GET 2", "TIME"]]);
     }
@@ -578,30 +596,18 @@ mod tests {
     #[tokio::test]
     async fn a_leader_dropped_in_flight_still_hands_the_others_their_replies() {
         let batches = batches(&Arc::default());
-        let release = Arc::new(Notify::new());
-        let mock = Mock {
-            release: Some(release.clone()),
-            ..Mock::default()
-        };
-        let leader = {
-            let (batches, mock) = (batches.clone(), mock.clone());
-            tokio::spawn(async move { batches.send(get("1"), None, &mock).await })
-        };
-        let follower = {
-            let (batches, mock) = (batches.clone(), mock.clone());
-            tokio::spawn(async move { batches.send(get("2"), None, &mock).await })
-        };
+        let (mock, release) = held();
+        let leader = spawned(&batches, &mock, "1");
+        let follower = spawned(&batches, &mock, "2");
         // Wait until the batch is in flight, then drop its leader.
         while tasks::lock(&mock.batches).is_empty() {
             tokio::task::yield_now().await;
         }
         leader.abort();
         release.notify_one();
-        let landed = tokio::time::timeout(Duration::from_secs(10), follower)
-            .await
-            .expect("the follower's reply came")
-            .expect("the follower's task ran");
-        assert_eq!(landed.map(|landed| landed.reply).ok(), Some(Value::Int(2)));
+        assert_eq!(reply_of(follower).await, Value::Int(2));
+        let sent = tasks::lock(&mock.batches).clone();
+        assert_eq!(sent, vec![vec!["GET 1", "GET 2", "TIME"]]);
     }
 
     #[test]
