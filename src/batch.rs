@@ -35,8 +35,9 @@
 //!
 //! The batch adds no round trip, and a lone vote does not wait for one: it
 //! is not batched (as the connection's driver yields only where other
-//! calls are under way, see `connection.rs`). Only connections to one server batch; a cluster's
-//! votes read the clock each in its own request (`node.rs`).
+//! calls are under way, see `connection.rs`). Only connections to one
+//! server batch; a cluster's votes read the clock each in its own request
+//! (`node.rs`).
 //!
 //! Cancel safety: a vote's commands are sent once it has joined a batch,
 //! whether or not its caller still waits.
@@ -95,9 +96,19 @@ impl std::fmt::Debug for Batches {
     }
 }
 
+/// A vote's commands: its one command, or an acquisition's `SET` with the
+/// fencing counter's `INCR` after it.
+pub(crate) struct Commands(pub(crate) Cmd, pub(crate) Option<Cmd>);
+
+impl Commands {
+    fn len(&self) -> usize {
+        1 + usize::from(self.1.is_some())
+    }
+}
+
 /// A vote in a batch: its commands, and where its replies go.
 struct Vote {
-    commands: Vec<Cmd>,
+    commands: Commands,
     expiry: Option<Expiry>,
     reply: oneshot::Sender<Result<Landed, RedisError>>,
 }
@@ -110,6 +121,10 @@ pub(crate) struct Expiry {
     pub(crate) key: Arc<[u8]>,
     pub(crate) ttl_ms: u64,
 }
+
+/// Room for the votes of a batch gathering: the number that a busy node's
+/// batches hold at most, most of the time (12 on average with 64 tasks).
+const GATHERING: usize = 16;
 
 /// A vote's reply from its batch.
 #[derive(Debug)]
@@ -148,7 +163,7 @@ impl Batches {
     /// whether or not it runs to the end.
     pub(crate) async fn send<C: Carrier>(
         self: &Arc<Self>,
-        commands: Vec<Cmd>,
+        commands: Commands,
         expiry: Option<Expiry>,
         carrier: &C,
     ) -> Result<Landed, RedisError> {
@@ -156,7 +171,7 @@ impl Batches {
         let leads = {
             let mut gathering = tasks::lock(&self.gathering);
             let leads = gathering.is_none();
-            (gathering.get_or_insert_with(Vec::new)).push(Vote {
+            (gathering.get_or_insert_with(|| Vec::with_capacity(GATHERING))).push(Vote {
                 commands,
                 expiry,
                 reply,
@@ -180,7 +195,8 @@ impl Batches {
         landed.await.unwrap_or_else(|_| {
             Err(RedisError::from((
                 ErrorKind::Io,
-                "a batch of votes was dropped outside a runtime",
+                "the batch carrying this vote was dropped before it landed: its leader's call \
+                 went away outside a tokio runtime, or the runtime shut down",
             )))
         })
     }
@@ -246,8 +262,10 @@ async fn fly<C: Carrier>(batches: Arc<Batches>, carrier: C, mut votes: Vec<Vote>
     let mut waiting = Vec::with_capacity(votes.len());
     for vote in votes {
         waiting.push((vote.commands.len(), vote.reply));
-        for command in vote.commands {
-            pipeline.add_command(command);
+        let Commands(first, then) = vote.commands;
+        pipeline.add_command(first);
+        if let Some(then) = then {
+            pipeline.add_command(then);
         }
     }
     match &expiry {
@@ -277,16 +295,11 @@ impl Read {
     /// The reading in `reply`, the last of the batch's `replies` (the
     /// others).
     fn reading(&self, reply: Option<Value>, replies: &[Value]) -> Option<Reading> {
-        let (sent, received) = (self.sent, self.received);
-        match (reply?, &self.expiry) {
-            // Our key's expiry: the node's clock at the grant plus the
-            // TTL. A refusal's is another holder's, and needs no reading.
-            (Value::Int(expires_ms), Some(expiry)) if replies.first() == Some(&Value::Nil) => {
-                Reading::from_expiry(expires_ms, expiry.ttl_ms, sent, received)
-            }
-            (_, Some(_)) => None,
-            (time, None) => Reading::from_reply(&time, sent, received),
-        }
+        // `SET NX GET` answers nil when it set the key.
+        let set_ttl_ms = (self.expiry.as_ref())
+            .filter(|_| replies.first() == Some(&Value::Nil))
+            .map(|expiry| expiry.ttl_ms);
+        Reading::after_grant(&reply?, set_ttl_ms, self.sent, self.received)
     }
 }
 
@@ -311,7 +324,7 @@ fn land(
     let clock = (read.reading(reading, &replies)).map(|reading| judge(&reading));
     let mut replies = replies.into_iter();
     for (count, reply) in waiting {
-        let own = own(replies.by_ref().take(count).collect());
+        let own = own(&mut replies, count);
         let landed = own.map(|reply| Landed {
             reply,
             clock: clock.clone(),
@@ -328,19 +341,25 @@ fn fail(waiting: Vec<(usize, oneshot::Sender<Result<Landed, RedisError>>)>, err:
     }
 }
 
-/// One vote's `replies` as its reply: the first server error among them,
-/// else its one command's reply, or the array of its commands' replies.
-fn own(mut replies: Vec<Value>) -> Result<Value, RedisError> {
-    let refused = replies.iter().find_map(|reply| match reply {
-        Value::ServerError(err) => Some(err.clone()),
+/// One vote's reply, from the next `count` of `replies`: the first server
+/// error among them, else its one command's reply, or the array of its
+/// commands' replies.
+fn own(replies: &mut impl Iterator<Item = Value>, count: usize) -> Result<Value, RedisError> {
+    let reply = match count {
+        1 => replies.next().unwrap_or(Value::Nil),
+        _ => Value::Array(replies.take(count).collect()),
+    };
+    let refused = match &reply {
+        Value::ServerError(err) => Some(err),
+        Value::Array(items) if count > 1 => items.iter().find_map(|item| match item {
+            Value::ServerError(err) => Some(err),
+            _ => None,
+        }),
         _ => None,
-    });
-    if let Some(err) = refused {
-        return Err(RedisError::from(err));
-    }
-    match replies.len() {
-        1 => Ok(replies.pop().unwrap_or(Value::Nil)),
-        _ => Ok(Value::Array(replies)),
+    };
+    match refused {
+        Some(err) => Err(RedisError::from(err.clone())),
+        None => Ok(reply),
     }
 }
 
@@ -404,10 +423,10 @@ mod tests {
         }
     }
 
-    fn get(arg: &str) -> Vec<Cmd> {
+    fn get(arg: &str) -> Commands {
         let mut cmd = redis::cmd("GET");
         cmd.arg(arg);
-        vec![cmd]
+        Commands(cmd, None)
     }
 
     /// Batches whose judge counts its calls and passes every reading.
@@ -447,14 +466,19 @@ mod tests {
         assert_eq!(judged.load(Ordering::SeqCst), 1, "one reading, judged once");
     }
 
-    fn set(key: &str) -> (Vec<Cmd>, Option<Expiry>) {
+    /// A vote of two commands, `GET first` and `GET then`.
+    fn two(first: &str, then: &str) -> Commands {
+        Commands(get(first).0, Some(get(then).0))
+    }
+
+    fn set(key: &str) -> (Commands, Option<Expiry>) {
         let mut cmd = redis::cmd("SET");
         cmd.arg(key);
         let expiry = Expiry {
             key: key.as_bytes().into(),
             ttl_ms: 10_000,
         };
-        (vec![cmd], Some(expiry))
+        (Commands(cmd, None), Some(expiry))
     }
 
     #[tokio::test]
@@ -507,9 +531,8 @@ mod tests {
     async fn a_refused_command_is_its_own_votes_error_only() {
         let batches = batches(&Arc::default());
         let mock = Mock::default();
-        let mut two = get("2");
-        two.extend(get("bad"));
-        let votes = [get("1"), two, get("3")].map(|commands| batches.send(commands, None, &mock));
+        let votes = [get("1"), two("2", "bad"), get("3")]
+            .map(|commands| batches.send(commands, None, &mock));
         let [one, two, three] = futures::future::join_all(votes)
             .await
             .try_into()
@@ -524,9 +547,10 @@ mod tests {
     async fn a_vote_of_several_commands_gets_their_replies_in_an_array() {
         let batches = batches(&Arc::default());
         let mock = Mock::default();
-        let mut both = get("7");
-        both.extend(get("8"));
-        let landed = batches.send(both, None, &mock).await.expect("a reply");
+        let landed = batches
+            .send(two("7", "8"), None, &mock)
+            .await
+            .expect("a reply");
         assert_eq!(
             landed.reply,
             Value::Array(vec![Value::Int(7), Value::Int(8)])
@@ -621,6 +645,6 @@ mod tests {
         drop(leader);
         let landed = futures::executor::block_on(follower);
         let err = landed.expect_err("the follower fails");
-        assert!(err.to_string().contains("outside a runtime"), "{err}");
+        assert!(err.to_string().contains("outside a tokio runtime"), "{err}");
     }
 }

@@ -175,6 +175,26 @@ impl Reading {
         }
     }
 
+    /// The reading in `reply` to the command that read the node's clock
+    /// after a grant: `PEXPIRETIME` of the key that the grant set, whose
+    /// TTL is `set_ttl_ms` (`None` when the grant did not set it: another
+    /// holder's expiry tells nothing, and a refusal needs no reading), or
+    /// `TIME`.
+    pub(crate) fn after_grant(
+        reply: &Value,
+        set_ttl_ms: Option<u64>,
+        sent: Instant,
+        received: Instant,
+    ) -> Option<Reading> {
+        match (reply, set_ttl_ms) {
+            (Value::Int(expires_ms), Some(ttl_ms)) => {
+                Reading::from_expiry(*expires_ms, ttl_ms, sent, received)
+            }
+            (Value::Int(_), None) => None,
+            (time, _) => Reading::from_reply(time, sent, received),
+        }
+    }
+
     /// The reading that a key's absolute expiry (`PEXPIRETIME`, ms) gives,
     /// for a key just set with a TTL of `ttl_ms`: the node's clock when it
     /// set it. `None` for a key without an expiry (negative).
@@ -413,6 +433,22 @@ mod tests {
         assert_eq!(reading.resolution_us, 999);
         assert_eq!(Reading::from_expiry(-1, 10_000, now, now), None);
         assert_eq!(Reading::from_expiry(-2, 10_000, now, now), None);
+    }
+
+    #[test]
+    fn after_a_grant_only_the_expiry_of_a_key_it_set_is_read() {
+        let now = Instant::now();
+        let expiry = Value::Int(1_700_000_010_000);
+        let set = Reading::after_grant(&expiry, Some(10_000), now, now).expect("a reading");
+        assert_eq!(set.node_us, 1_700_000_000_000_000);
+        assert_eq!(
+            Reading::after_grant(&expiry, None, now, now),
+            None,
+            "another's key"
+        );
+        let time = Value::Array(vec![Value::Int(1_700_000_000), Value::Int(7)]);
+        let read = Reading::after_grant(&time, None, now, now).expect("a reading");
+        assert_eq!(read.node_us, 1_700_000_000_000_007);
     }
 
     #[test]

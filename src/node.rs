@@ -21,7 +21,7 @@ use std::time::Duration;
 use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use crate::answer::{Answer, NodeError, NodeErrorKind, NotCounted};
-use crate::batch::{Batches, Expiry, Judged, Landed};
+use crate::batch::{Batches, Commands, Expiry, Judged, Landed};
 use crate::clock::Reading;
 use crate::connection::{self, Connection, Link};
 use crate::queue::{self, Place};
@@ -933,7 +933,7 @@ async fn acquire(
     let (set, counter) = acquire_commands(call, with_get);
     match (call.timed, &*connection) {
         (Some(batches), Connection::One(one)) if batches.busy() => {
-            let commands = [Some(set), counter].into_iter().flatten().collect();
+            let commands = Commands(set, counter);
             // `SET NX GET` answers nil when it set the key.
             let expiry = with_get.then(|| Expiry {
                 key: call.lock.key.clone(),
@@ -1043,15 +1043,7 @@ fn timed_reply(
         }
         _ => return Err(unexpected()),
     };
-    let clock = match time {
-        // Our key's expiry: the node's clock at the grant plus the TTL (a
-        // refusal's is another holder's).
-        Value::Int(expires_ms) if set_it => {
-            Reading::from_expiry(expires_ms, call.ttl_ms, sent, received)
-        }
-        Value::Int(_) => None,
-        time => Reading::from_reply(&time, sent, received),
-    };
+    let clock = Reading::after_grant(&time, set_it.then_some(call.ttl_ms), sent, received);
     Ok(Exchanged {
         reply,
         legacy: false,
@@ -1122,7 +1114,7 @@ async fn run_timed(
     loop {
         let landed = match &*connection {
             Connection::One(one) if batches.busy() => {
-                batches.send(vec![cmd.clone()], None, one).await
+                batches.send(Commands(cmd.clone(), None), None, one).await
             }
             _ => return run_timed_alone(connection, cmd, script).await,
         };
