@@ -112,8 +112,9 @@
 //! - the nodes of a Redis Cluster node are read as one clock: its
 //!   primaries must agree within `T`.
 //!
-//! *Costs*: one `TIME` in the request of each acquisition (no extra round
-//! trip), one in each check, and at most one a second per node from an idle
+//! *Costs*: no extra round trip: one `TIME` at the end of each batch of
+//! votes sent to a node together (`batch.rs`), or `PEXPIRETIME` of its key
+//! in the request of a lone acquisition; one `TIME` in each check, and at most one a second per node from an idle
 //! client. A node whose clock stays ahead of the others' (never set right)
 //! is held back by every client that first meets it, for `G` from then: it
 //! withholds, and the warning names it.
