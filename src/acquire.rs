@@ -118,7 +118,47 @@ pub(crate) async fn acquire(
 ) -> Result<LockGuard> {
     let key = engine.key(resource)?;
     let resources = std::slice::from_ref(&resource);
-    start(engine, resources, (key, Shape::One), ttl, waits).await
+    let how = How::plain(engine, waits);
+    start(engine, resources, (key, Shape::One), ttl, how).await
+}
+
+/// [`acquire`] for a leader: waiting in the queue for up to `patience`, and
+/// fenced whatever the client's setting (the fencing token is the leader's
+/// term; see `election.rs`).
+pub(crate) async fn acquire_fenced(
+    engine: &Arc<Engine>,
+    key: Arc<[u8]>,
+    resource: &[u8],
+    ttl: Duration,
+    patience: Duration,
+) -> Result<LockGuard> {
+    let resources = std::slice::from_ref(&resource);
+    let how = How {
+        patience: Some(patience),
+        fenced: true,
+    };
+    start(engine, resources, (key, Shape::One), ttl, how).await
+}
+
+/// How a call acquires.
+#[derive(Debug, Clone, Copy)]
+struct How {
+    /// How long it waits (`None`: one round, or rounds within the acquire
+    /// timeout; see `Redlock::try_lock`).
+    patience: Option<Duration>,
+    /// Fenced whatever the client's setting.
+    fenced: bool,
+}
+
+impl How {
+    /// A call that waits with the client's patience (`waits`) or makes one
+    /// round, fenced as the client says.
+    fn plain(engine: &Engine, waits: bool) -> Self {
+        How {
+            patience: waits.then(|| engine.config.patience()),
+            fenced: false,
+        }
+    }
 }
 
 /// Takes a read hold (`write` false) or the write hold of the read-write
@@ -145,7 +185,14 @@ pub(crate) async fn acquire_rw(
     } else {
         Shape::Read(keys)
     };
-    start(engine, resources, (key, shape), ttl, waits).await
+    start(
+        engine,
+        resources,
+        (key, shape),
+        ttl,
+        How::plain(engine, waits),
+    )
+    .await
 }
 
 /// Takes the locks on every one of `resources` at once, all or none: one
@@ -189,7 +236,8 @@ pub(crate) async fn acquire_all(
     } else {
         Shape::All(OtherKeys::from(others))
     };
-    start(engine, &names, (key.clone(), shape), ttl, waits).await
+    let how = How::plain(engine, waits);
+    start(engine, &names, (key.clone(), shape), ttl, how).await
 }
 
 /// In the slotted layout (a Redis Cluster node), a lock on several
@@ -210,13 +258,13 @@ fn one_slot(keys: &[Arc<[u8]>]) -> Result<()> {
 
 /// The start shared by [`acquire`], [`acquire_all`] and [`acquire_rw`]:
 /// the lock's key (the first of several) is checked, and `shape` says what
-/// kind of lock it is.
+/// kind of lock it is; `how` how it waits and whether it is fenced.
 async fn start(
     engine: &Arc<Engine>,
     resources: &[&[u8]],
     (key, shape): (Arc<[u8]>, Shape),
     ttl: Duration,
-    waits: bool,
+    how: How,
 ) -> Result<LockGuard> {
     let called = Instant::now();
     let resource_label = engine.config.metrics_resource_label;
@@ -229,7 +277,7 @@ async fn start(
         resources,
         (key, shape),
         ttl,
-        waits,
+        how,
         (called, meter.clone()),
     )
     .await;
@@ -256,16 +304,18 @@ async fn take(
     resources: &[&[u8]],
     (key, shape): (Arc<[u8]>, Shape),
     ttl: Duration,
-    waits: bool,
+    how: How,
     (called, meter): (Instant, Meter),
 ) -> Result<LockGuard> {
     let config = &engine.config;
-    let deadline = if waits {
-        Some(called + config.patience())
-    } else {
-        config
+    let waits = how.patience.is_some();
+    let deadline = match how.patience {
+        Some(patience) => {
+            Some((called.checked_add(patience)).unwrap_or_else(|| called + config.patience()))
+        }
+        None => config
             .acquire_timeout
-            .and_then(|timeout| called.checked_add(timeout))
+            .and_then(|timeout| called.checked_add(timeout)),
     };
     let ttl = engine.ttl(ttl)?;
     Error::ensure_runtime()?;
@@ -298,6 +348,7 @@ async fn take(
         attempt: 0,
         claiming: false,
         meter,
+        fenced: how.fenced,
     };
     tasks::in_span!(span, acquisition.run())
 }
@@ -355,6 +406,9 @@ struct Acquisition<'a> {
     claiming: bool,
     /// The lock's metrics, for its guard.
     meter: Meter,
+    /// Fenced whatever the client's setting: a leader's term is its fencing
+    /// token (see `election.rs`).
+    fenced: bool,
 }
 
 impl Acquisition<'_> {
@@ -378,6 +432,12 @@ impl Acquisition<'_> {
         }
     }
 
+    /// The fencing counter's key for `key`, where this lock is fenced (the
+    /// client's fencing, or a leader's term).
+    fn counter_key(&self, key: &[u8]) -> Option<Arc<[u8]>> {
+        (self.engine.config).counter_key_when(key, self.fenced || self.engine.config.fencing)
+    }
+
     /// Takes this attempt's turn: the request for the round, and for a
     /// claim, the gates that send it to each node once it notified.
     ///
@@ -387,7 +447,7 @@ impl Acquisition<'_> {
     /// the first when this client's last call found the key taken or
     /// another call of it is making its plain first round there (`Busy`).
     fn take_turn(&mut self, lock: LockId) -> (Request, Option<Gates>) {
-        let (ttl_ms, counter_key) = (self.ttl.millis, self.engine.config.counter_key(&lock.key));
+        let (ttl_ms, counter_key) = (self.ttl.millis, self.counter_key(&lock.key));
         let claiming = std::mem::take(&mut self.claiming);
         let (gates, queued) = match &mut self.waiting {
             Some(waiting) => waiting.turn(claiming),
@@ -494,7 +554,7 @@ impl Acquisition<'_> {
         &self,
         in_flight: &mut InFlight,
     ) -> std::result::Result<Option<u64>, FenceFailure> {
-        let Some(counter_key) = self.engine.config.counter_key(&in_flight.lock.key) else {
+        let Some(counter_key) = self.counter_key(&in_flight.lock.key) else {
             return Ok(None);
         };
         // A reader has no fencing token (see `Redlock::read`).

@@ -54,7 +54,13 @@ impl Config {
     /// counter of `key`'s hash tag (see `cluster.rs`); `None` with fencing
     /// off.
     pub(crate) fn counter_key(&self, key: &[u8]) -> Option<Arc<[u8]>> {
-        if !self.fencing {
+        self.counter_key_when(key, self.fencing)
+    }
+
+    /// [`counter_key`](Self::counter_key), for a lock that is `fenced`
+    /// whatever the client's setting (a leader's term is its fencing token).
+    pub(crate) fn counter_key_when(&self, key: &[u8], fenced: bool) -> Option<Arc<[u8]>> {
+        if !fenced {
             return None;
         }
         if !self.slotted {

@@ -19,7 +19,7 @@ use crate::node::Node;
 use crate::notify::{Gates, Notifications};
 use crate::queue::{self, Place};
 use crate::quorum::{self, Ttl};
-use crate::request::{INTENT_SUFFIX, READ_SUFFIX, WRITE_SUFFIX};
+use crate::request::{INTENT_SUFFIX, LEADER_SUFFIX, READ_SUFFIX, WRITE_SUFFIX};
 use crate::request::{LockId, Request, new_token};
 use crate::round::{NodeSet, Round, Until};
 use crate::session::{self, LiveKeys, Session};
@@ -253,6 +253,9 @@ impl Engine {
                 "its key ends like the keys of a read-write lock \
                  (`:quorlock-write`, `:quorlock-read`, `:quorlock-intent`)",
             );
+        }
+        if key.ends_with(LEADER_SUFFIX.as_bytes()) {
+            return Some("its key ends like a leader's record (`:quorlock-leader`)");
         }
         if queue::is_queue_key(key) {
             return Some("its key ends like the key of a lock's queue (`:quorlock-queue`)");

@@ -74,6 +74,11 @@ impl LockGuard {
         }
     }
 
+    /// The lock's identity on the nodes (its key and token).
+    pub(crate) fn lock_id(&self) -> &LockId {
+        &self.lock
+    }
+
     pub(crate) fn shown_resource(&self) -> String {
         show_resources(&self.resources().collect::<Vec<_>>())
     }

@@ -372,6 +372,7 @@ mod target;
 
 mod acquire;
 mod config;
+mod election;
 mod engine;
 mod guard;
 mod lease;
@@ -379,6 +380,7 @@ mod redlock;
 
 pub use answer::{NodeError, NodeErrorKind, NotCounted};
 pub use config::RedlockBuilder;
+pub use election::{Leader, LeaderEvent, Leadership};
 pub use error::{BuildError, Error, LostReason, Result};
 pub use guard::LockGuard;
 pub use quorum::{Unlocked, Votes};

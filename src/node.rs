@@ -732,6 +732,20 @@ fn plan(request: &Request) -> (Purpose, Call, Reply) {
                 Reply::Count,
             )
         }
+        Request::Record {
+            lock,
+            record,
+            value,
+        } => {
+            let mut cmd = evalsha(&scripts::RECORD, 2, 2);
+            cmd.arg(&*lock.key)
+                .arg(&**record)
+                .arg(&*lock.token)
+                .arg(&**value);
+            let call = script(cmd, &scripts::RECORD);
+            // Always sent, as a release: a withdrawal must reach every node.
+            (Purpose::Cleanup, call, Reply::YesNo)
+        }
         Request::Inspect { key } => {
             let mut cmd = evalsha(&scripts::INSPECT, 1, 0);
             cmd.arg(&**key);

@@ -23,6 +23,11 @@ pub(crate) const READ_SUFFIX: &str = ":quorlock-read";
 /// renew; while it exists, no reader is granted there.
 pub(crate) const INTENT_SUFFIX: &str = ":quorlock-intent";
 
+/// What follows a leader's lock key (the key prefix and the election's
+/// name) in the key of its record: a string, `token term identity`, written
+/// by the leader once it won (see `election.rs`), without a TTL.
+pub(crate) const LEADER_SUFFIX: &str = ":quorlock-leader";
+
 /// The keys of a read-write lock on each node: its key (the key prefix and
 /// the resource name) followed by [`WRITE_SUFFIX`], [`READ_SUFFIX`] and
 /// [`INTENT_SUFFIX`]. Made once per call; every round and node shares them.
@@ -230,6 +235,17 @@ pub(crate) enum Request {
         lock: LockId,
         /// What becomes of a waiter's own entry.
         place: Place,
+    },
+    /// Write `value` to `record` while `lock`'s key holds our token; an
+    /// empty `value` deletes the record where it is ours (a leader's record,
+    /// see `election.rs`).
+    Record {
+        /// The lock whose holder writes.
+        lock: LockId,
+        /// The record's key.
+        record: Arc<[u8]>,
+        /// What to write: `token term identity`, or empty to withdraw.
+        value: Arc<str>,
     },
     /// Read who holds the key and for how long (status).
     Inspect {

@@ -467,6 +467,26 @@ const COUNT_READERS_CODE: &str = concat!(
     r#"return redis.call("zcount", KEYS[1], "(" .. clock_ms(), "+inf")"#
 );
 
+/// A leader's record (see `election.rs`): while the lock key `KEYS[1]` holds
+/// our token `ARGV[1]` (marked or not), writes `ARGV[2]` to the record
+/// `KEYS[2]` (no TTL) and returns 1; an empty `ARGV[2]` instead deletes the
+/// record where it starts with our token, whether or not the lock is still
+/// ours, and returns 1 when it did. Otherwise 0.
+pub(crate) static RECORD: LazyLock<Script> = LazyLock::new(|| Script::new(RECORD_CODE));
+const RECORD_CODE: &str = r#"if ARGV[2] == "" then
+    local record = redis.call("get", KEYS[2])
+    if record and string.sub(record, 1, #ARGV[1] + 1) == ARGV[1] .. " " then
+        return redis.call("del", KEYS[2])
+    end
+    return 0
+end
+local value = redis.call("get", KEYS[1])
+if value == ARGV[1] or value == ARGV[1] .. "+" then
+    redis.call("set", KEYS[2], ARGV[2])
+    return 1
+end
+return 0"#;
+
 /// Reads `KEYS[1]` and its remaining TTL in one step: `nil` when absent, else
 /// `{value, pttl_ms}`. Fails with `WRONGTYPE` when the key is not a string.
 pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT_CODE));
@@ -599,6 +619,7 @@ mod tests {
             RELEASE_ALL_CODE,
             FENCE_SEED_CODE,
             FENCE_WRITE_BACK_CODE,
+            RECORD_CODE,
         ] {
             assert!(code.contains(&marked), "{code}");
         }

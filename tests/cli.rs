@@ -1106,3 +1106,120 @@ fn completions_for_each_shell() {
     let out = output(Command::new(env!("CARGO_BIN_EXE_quorlock")).args(["completions", "tcsh"]));
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// A `quorlock elect` process, its CMD writing its pid and environment
+/// into `dir/<tag>.pid` and `dir/<tag>.env`, then sleeping.
+fn elect(nodes: &[RedisServer], dir: &Path, tag: &str, id: &str) -> std::process::Child {
+    let script = format!(
+        "echo $QUORLOCK_LEADER_ID $QUORLOCK_LEADER_TERM $QUORLOCK_FENCING_TOKEN > {tag}.env; \
+         echo $$ > {tag}.pid; exec sleep 60"
+    );
+    quorlock(nodes)
+        .args([
+            "elect",
+            "--name",
+            "cli:elect",
+            "--id",
+            id,
+            "--ttl",
+            "1s",
+            "--",
+        ])
+        .args(["sh", "-c", &script])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stderr(std::fs::File::create(dir.join(format!("{tag}.err"))).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// `quorlock leader --json` on `nodes`: the exit code and the object.
+fn leader_json(nodes: &[RedisServer]) -> (Option<i32>, serde_json::Value) {
+    let shown = output(quorlock(nodes).args(["leader", "--name", "cli:elect", "--json"]));
+    let object = serde_json::from_slice(&shown.stdout).unwrap_or_default();
+    (shown.status.code(), object)
+}
+
+/// Two `quorlock elect` processes: the first leads and runs its CMD (with
+/// its identity and term in the environment), the second waits without
+/// running its CMD; `quorlock leader` names the first. The first quorlock
+/// is SIGKILLed: its CMD dies with it (the watchdog), and the second leads
+/// within the TTL (1 s) and a round or two, with a higher term, as
+/// `quorlock leader` then shows.
+#[test]
+fn elect_runs_cmd_on_one_machine_and_a_standby_takes_over() {
+    let nodes = servers(3);
+    let dir = scratch("elect");
+    let _cleanup = KillPids(dir.clone());
+    let mut first = elect(&nodes, &dir, "first", "machine-a");
+    let first_pid = wait_for_pid(&dir.join("first.pid"));
+    let mut second = elect(&nodes, &dir, "second", "machine-b");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!dir.join("second.pid").exists(), "the standby ran its CMD");
+    let env = std::fs::read_to_string(dir.join("first.env")).unwrap();
+    let fields: Vec<&str> = env.split_whitespace().collect();
+    assert_eq!(fields.first(), Some(&"machine-a"), "{env}");
+    assert_eq!(
+        fields.get(1),
+        fields.get(2),
+        "the term is the fencing token: {env}"
+    );
+    let first_term: u64 = fields[1].parse().unwrap();
+    let (code, shown) = leader_json(&nodes);
+    assert_eq!(code, Some(0), "{shown}");
+    assert_eq!(shown["identity"], "machine-a", "{shown}");
+    assert_eq!(shown["term"], first_term, "{shown}");
+
+    first.kill().unwrap();
+    let killed = Instant::now();
+    first.wait().unwrap();
+    let second_pid = wait_for_pid(&dir.join("second.pid"));
+    let took = killed.elapsed();
+    assert!(
+        took < Duration::from_secs(4),
+        "the standby led after {took:?}"
+    );
+    let started = Instant::now();
+    while process_alive(&first_pid) && started.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!process_alive(&first_pid), "the dead leader's CMD runs on");
+    let env = std::fs::read_to_string(dir.join("second.env")).unwrap();
+    let second_term: u64 = env.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(second_term > first_term, "{second_term} after {first_term}");
+    let (code, shown) = leader_json(&nodes);
+    assert_eq!(code, Some(0), "{shown}");
+    assert_eq!(shown["identity"], "machine-b", "{shown}");
+    second.kill().unwrap();
+    second.wait().unwrap();
+    assert!(!second_pid.is_empty());
+}
+
+/// A leader whose lock is taken from it (its key deleted on every node)
+/// finds its next extension refused: CMD is killed at once and `elect`
+/// exits with the lost code. With nobody leading, `quorlock leader` exits 1.
+#[test]
+fn elect_kills_cmd_when_the_leadership_is_lost() {
+    let nodes = servers(3);
+    let dir = scratch("elect-lost");
+    let _cleanup = KillPids(dir.clone());
+    let mut leader = elect(&nodes, &dir, "leader", "machine-a");
+    let cmd_pid = wait_for_pid(&dir.join("leader.pid"));
+    for node in &nodes {
+        let _: () = redis::cmd("DEL")
+            .arg("quorlock:cli:elect")
+            .query(&mut node.connection())
+            .unwrap();
+    }
+    let (code, shown) = leader_json(&nodes);
+    assert_eq!(code, Some(1), "{shown}");
+    assert_eq!(shown["state"], "none", "{shown}");
+    assert_eq!(leader.wait().unwrap().code(), Some(EXIT_LOST));
+    assert!(!process_alive(&cmd_pid), "CMD is left running");
+    let shown = output(quorlock(&nodes).args(["leader", "--name", "cli:elect"]));
+    assert_eq!(shown.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&shown.stdout).trim(),
+        "cli:elect: no leader"
+    );
+}

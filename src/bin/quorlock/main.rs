@@ -22,6 +22,7 @@
 //! Before exiting, `quorlock` waits (bounded) for the releases it runs in the
 //! background, such as the cleanup of an acquire round cut short by a signal.
 
+mod elect;
 mod group;
 mod json;
 
@@ -80,6 +81,13 @@ enum Commands {
     /// Show, for each node, whether it holds RESOURCE (token prefix and TTL),
     /// and whether a quorum does.
     Status(StatusArgs),
+    /// Wait until this process leads the election NAME, then run CMD while it
+    /// leads (one leader at a time: a standby waits, and takes over within the
+    /// TTL when the leader dies); CMD is stopped on loss with the kill schedule
+    /// of `run`.
+    Elect(elect::ElectArgs),
+    /// Show who leads the election NAME (identity, term, lease).
+    Leader(elect::LeaderArgs),
     /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell) to standard
     /// output. Bash: `quorlock completions bash > ~/.local/share/bash-completion/completions/quorlock`.
     Completions {
@@ -207,6 +215,8 @@ fn main() -> ExitCode {
         match cli.command {
             Commands::Run(args) => run(args).await,
             Commands::Status(args) => status(args).await,
+            Commands::Elect(args) => elect::elect(args).await,
+            Commands::Leader(args) => elect::leader(args).await,
             Commands::Completions { shell } => {
                 let mut command = <Cli as clap::CommandFactory>::command();
                 clap_complete::generate(shell, &mut command, "quorlock", &mut std::io::stdout());
@@ -446,44 +456,61 @@ async fn lock_and_run(redlock: &Redlock, args: &RunArgs, signals: &mut Forwarded
         }
     };
 
+    let schedule = Schedule {
+        grace: args.grace,
+        max_hold: args.max_hold,
+        node_timeout: args.nodes.node_timeout,
+    };
+    let env = command_env(&guard, args);
+    let code = run_held(&mut guard, &args.command, &env, &schedule, signals).await;
+    if let Err(err) = guard.unlock().await {
+        eprintln!("quorlock: {err}");
+    }
+    code
+}
+
+/// Runs `command` (with `env`) while `guard` holds, under the kill
+/// schedule; its exit code. What is left of CMD's group is gone when this
+/// returns, so the caller may release the lock.
+async fn run_held(
+    guard: &mut LockGuard,
+    command: &[String],
+    env: &[(&'static str, String)],
+    schedule: &Schedule,
+    signals: &mut Forwarded,
+) -> ExitCode {
     group::become_subreaper();
-    let mut group = match Group::spawn(&args.command, &command_env(&guard, args)) {
+    let mut group = match Group::spawn(command, env) {
         Ok(group) => group,
         Err(err) => {
-            eprintln!("quorlock: cannot run {:?}: {err}", args.command[0]);
-            let _ = guard.unlock().await;
+            eprintln!("quorlock: cannot run {:?}: {err}", command[0]);
             return ExitCode::from(match err.kind() {
                 std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
                 _ => EXIT_CANNOT_EXECUTE,
             });
         }
     };
-
-    let ended = supervise(&mut guard, &mut group, args, signals).await;
-    let code = match ended {
+    let code = match supervise(guard, &mut group, schedule, signals).await {
         Ended::Exited(status) => exit_code_of(status),
         Ended::WaitFailed(err) => {
-            eprintln!("quorlock: waiting for {:?} failed: {err}", args.command[0]);
+            eprintln!("quorlock: waiting for {:?} failed: {err}", command[0]);
             group.kill();
             ExitCode::FAILURE
         }
         Ended::Lost(why) => {
-            eprintln!("quorlock: {why}; {:?} was terminated", args.command[0]);
+            eprintln!("quorlock: {why}; {:?} was terminated", command[0]);
             ExitCode::from(EXIT_LOST)
         }
     };
     // Nothing of CMD's group may run on once the lock is released.
-    let grace = effective_grace(args.grace, guard.ttl());
+    let grace = effective_grace(schedule.grace, guard.ttl());
     if group.finish(grace, guard.valid_until()).await {
         eprintln!(
             "quorlock: terminated what was left of {:?}'s process group",
-            args.command[0]
+            command[0]
         );
     }
     group.release();
-    if let Err(err) = guard.unlock().await {
-        eprintln!("quorlock: {err}");
-    }
     code
 }
 
@@ -503,6 +530,14 @@ fn command_env(guard: &LockGuard, args: &RunArgs) -> Vec<(&'static str, String)>
         env.push(("QUORLOCK_FENCING_TOKEN", token.to_string()));
     }
     env
+}
+
+/// The kill schedule's parameters: `--grace`, `--max-hold`, and the node
+/// timeout (the least pause between retried extensions).
+struct Schedule {
+    grace: Duration,
+    max_hold: Duration,
+    node_timeout: Duration,
 }
 
 /// How a supervised CMD ended.
@@ -557,13 +592,13 @@ fn may_retry(err: &quorlock::Error) -> bool {
 async fn supervise(
     guard: &mut LockGuard,
     group: &mut Group,
-    args: &RunArgs,
+    schedule: &Schedule,
     signals: &mut Forwarded,
 ) -> Ended {
     let ttl = guard.ttl();
-    let grace = effective_grace(args.grace, ttl);
+    let grace = effective_grace(schedule.grace, ttl);
     let lead = grace + ttl / 4;
-    let retry_pause = (ttl / 20).max(args.nodes.node_timeout);
+    let retry_pause = (ttl / 20).max(schedule.node_timeout);
     let mut retry_at: Option<Instant> = None;
     let mut last_failure: Option<String> = None;
     let mut terminated = false;
@@ -573,7 +608,7 @@ async fn supervise(
         let renew_at =
             retry_at.unwrap_or_else(|| valid_until.checked_sub(lead).unwrap_or(valid_until));
         let may_extend =
-            renew_at.saturating_duration_since(guard.acquired_at()) + ttl <= args.max_hold;
+            renew_at.saturating_duration_since(guard.acquired_at()) + ttl <= schedule.max_hold;
         let why = |limit: &str, failure: &Option<String>| lost_why(limit, failure, may_extend);
         tokio::select! {
             biased;
