@@ -28,4 +28,6 @@ for _ in 1 2 3; do urls+=("$(redis_start)"); done
 cargo run --quiet --example basic -- "${urls[@]}"
 echo "== examples/fenced_storage.rs on the same servers"
 cargo run --quiet --example fenced_storage -- "${urls[@]}"
+echo "== examples/election.rs on the same servers"
+cargo run --quiet --example election -- "${urls[@]}"
 echo "== all checks passed"
