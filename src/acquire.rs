@@ -122,29 +122,25 @@ pub(crate) async fn acquire(
     start(engine, resources, (key, Shape::One), ttl, how).await
 }
 
-/// [`acquire`] for a leader: waiting in the queue for up to `patience`, and
-/// fenced whatever the client's setting (the fencing token is the leader's
-/// term; see `election.rs`).
-pub(crate) async fn acquire_fenced(
+/// The plain lock on `key`, a key of the crate's own beside a resource's
+/// (a leader's lock, a semaphore's gate or permit), named `resource` in
+/// errors and logs: as [`acquire`], waiting and fenced as `how` says.
+pub(crate) async fn acquire_key(
     engine: &Arc<Engine>,
     key: Arc<[u8]>,
     resource: &[u8],
     ttl: Duration,
-    patience: Duration,
+    how: How,
 ) -> Result<LockGuard> {
     let resources = std::slice::from_ref(&resource);
-    let how = How {
-        patience: Some(patience),
-        fenced: true,
-    };
     start(engine, resources, (key, Shape::One), ttl, how).await
 }
 
 /// How a call acquires.
 #[derive(Debug, Clone, Copy)]
-struct How {
-    /// How long it waits (`None`: one round, or rounds within the acquire
-    /// timeout; see `Redlock::try_lock`).
+pub(crate) struct How {
+    /// How long it waits in the queue (`None`: one round, or rounds within
+    /// the acquire timeout; see `Redlock::try_lock`).
     patience: Option<Duration>,
     /// Fenced whatever the client's setting.
     fenced: bool,
@@ -153,10 +149,19 @@ struct How {
 impl How {
     /// A call that waits with the client's patience (`waits`) or makes one
     /// round, fenced as the client says.
-    fn plain(engine: &Engine, waits: bool) -> Self {
+    pub(crate) fn plain(engine: &Engine, waits: bool) -> Self {
         How {
             patience: waits.then(|| engine.config.patience()),
             fenced: false,
+        }
+    }
+
+    /// A call that waits in the queue for up to `patience`, fenced whatever
+    /// the client's setting where `fenced`.
+    pub(crate) fn waiting(patience: Duration, fenced: bool) -> Self {
+        How {
+            patience: Some(patience),
+            fenced,
         }
     }
 }

@@ -73,7 +73,7 @@ use std::time::{Duration, Instant};
 
 use futures::stream::BoxStream;
 
-use crate::acquire::acquire_fenced;
+use crate::acquire::{How, acquire_key};
 use crate::answer::{Answer, NodeError};
 use crate::engine::{Engine, To};
 use crate::error::{Error, Result, show_resource};
@@ -248,7 +248,8 @@ pub(crate) async fn campaign(
     let record = record_key(&key);
     let identity: Arc<str> = identity.into();
     loop {
-        let guard = acquire_fenced(engine, key.clone(), name, ttl, CAMPAIGN_PATIENCE).await?;
+        let how = How::waiting(CAMPAIGN_PATIENCE, true);
+        let guard = acquire_key(engine, key.clone(), name, ttl, how).await?;
         // Fenced, so a won lock carries its token.
         let Some(term) = guard.fencing_token() else {
             return Err(Error::Misconfigured {

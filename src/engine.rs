@@ -19,7 +19,8 @@ use crate::node::Node;
 use crate::notify::{Gates, Notifications};
 use crate::queue::{self, Place};
 use crate::quorum::{self, Ttl};
-use crate::request::{INTENT_SUFFIX, LEADER_SUFFIX, READ_SUFFIX, WRITE_SUFFIX};
+use crate::request::WRITE_SUFFIX;
+use crate::request::{GATE_SUFFIX, INTENT_SUFFIX, LEADER_SUFFIX, PERMIT_INFIX, READ_SUFFIX};
 use crate::request::{LockId, Request, new_token};
 use crate::round::{NodeSet, Round, Until};
 use crate::session::{self, LiveKeys, Session};
@@ -257,6 +258,12 @@ impl Engine {
         if key.ends_with(LEADER_SUFFIX.as_bytes()) {
             return Some("its key ends like a leader's record (`:quorlock-leader`)");
         }
+        if key.ends_with(GATE_SUFFIX.as_bytes()) || is_permit_key(key) {
+            return Some(
+                "its key ends like a semaphore's gate or slot \
+                 (`:quorlock-gate`, `:quorlock-permit-` and a number)",
+            );
+        }
         if queue::is_queue_key(key) {
             return Some("its key ends like the key of a lock's queue (`:quorlock-queue`)");
         }
@@ -383,6 +390,12 @@ impl Engine {
         LockStatus::from_answers(answers, quorum::quorum(self.nodes.len()))
             .with_standing(not_counted)
     }
+}
+
+/// Whether `key` ends like a semaphore's slot: [`PERMIT_INFIX`] and digits.
+fn is_permit_key(key: &[u8]) -> bool {
+    let digits = key.iter().rev().take_while(|b| b.is_ascii_digit()).count();
+    digits > 0 && key[..key.len() - digits].ends_with(PERMIT_INFIX.as_bytes())
 }
 
 /// `prefix` followed by `resource`, in an `Arc`: one allocation for the

@@ -16,7 +16,11 @@
 //!    read-write lock with [`read`](Redlock::read) and
 //!    [`write`](Redlock::write), [`status`](Redlock::status),
 //!    [`flush`](Redlock::flush)), and makes a client from a builder
-//!    ([`RedlockBuilder::build`]).
+//!    ([`RedlockBuilder::build`]). Beside it, built on the plain lock:
+//!    `election.rs`, leader election ([`campaign`](Redlock::campaign) and
+//!    its [`Leadership`], [`leader`](Redlock::leader),
+//!    [`observe`](Redlock::observe)), and `semaphore.rs`, the counting
+//!    [`Semaphore`] and its [`Permit`]s; each with its safety argument.
 //! 2. `config.rs`: [`RedlockBuilder`], the options with their defaults as
 //!    associated constants, checked into the `Config` the engine runs on
 //!    ([`BuildError`] when one is wrong).
@@ -377,6 +381,7 @@ mod engine;
 mod guard;
 mod lease;
 mod redlock;
+mod semaphore;
 
 pub use answer::{NodeError, NodeErrorKind, NotCounted};
 pub use config::RedlockBuilder;
@@ -385,6 +390,7 @@ pub use error::{BuildError, Error, LostReason, Result};
 pub use guard::LockGuard;
 pub use quorum::{Unlocked, Votes};
 pub use redlock::Redlock;
+pub use semaphore::{Permit, Semaphore};
 pub use status::{LockStatus, NodeState, NodeStatus, RwStatus};
 pub use target::SentinelNode;
 

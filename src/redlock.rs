@@ -19,6 +19,7 @@ use crate::guard::LockGuard;
 use crate::queue;
 use crate::quorum;
 use crate::request;
+use crate::semaphore::Semaphore;
 use crate::standing;
 use crate::status::{LockStatus, RwStatus};
 
@@ -448,6 +449,24 @@ impl Redlock {
             tracing::warn!(error = %err, "release after with_lock failed");
         }
         outcome
+    }
+}
+
+/// Semaphores (see `semaphore.rs` for the safety argument).
+impl Redlock {
+    /// The counting semaphore `name` with `permits` permits: at most that
+    /// many holders of a [`Permit`](crate::Permit) at once, across every
+    /// process, each permit a lock of its own (with `lost`, `keep_alive`
+    /// and `run`); waiters queue fairly; a dead holder's permit comes back
+    /// within its TTL. Every client of one semaphore must give the same
+    /// `permits`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidResource`] for a bad name, or `permits` of 0 or
+    /// more than 1,024.
+    pub fn semaphore(&self, name: impl AsRef<[u8]>, permits: u32) -> Result<Semaphore> {
+        Semaphore::new(self.engine.clone(), name.as_ref(), permits)
     }
 }
 

@@ -28,6 +28,14 @@ pub(crate) const INTENT_SUFFIX: &str = ":quorlock-intent";
 /// by the leader once it won (see `election.rs`), without a TTL.
 pub(crate) const LEADER_SUFFIX: &str = ":quorlock-leader";
 
+/// What follows a semaphore's key (the key prefix and its name) in the key
+/// of its gate: a plain lock whose queue orders the semaphore's waiters
+/// (see `semaphore.rs`).
+pub(crate) const GATE_SUFFIX: &str = ":quorlock-gate";
+/// What follows a semaphore's key in the keys of its slots, before the
+/// slot's number: each a plain lock, one per permit.
+pub(crate) const PERMIT_INFIX: &str = ":quorlock-permit-";
+
 /// The keys of a read-write lock on each node: its key (the key prefix and
 /// the resource name) followed by [`WRITE_SUFFIX`], [`READ_SUFFIX`] and
 /// [`INTENT_SUFFIX`]. Made once per call; every round and node shares them.

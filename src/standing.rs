@@ -1127,8 +1127,9 @@ impl Standings {
             tracing::warn!(
                 node = %self.names[index],
                 %refusal,
-                "node check: the node refused a check command; it counts, but it is not \
-                 checked for being a duplicate, a replica, restarted or failed over"
+                "node check: the node refused a check command; it counts, without what that \
+                 command checks (INFO, ROLE: duplicates, replicas, restarts, failovers; \
+                 TIME: clock steps)"
             );
         }
         Ok(identity)
@@ -1920,8 +1921,15 @@ async fn read_server(
         appendonly.as_deref() == Some("yes") && appendfsync.as_deref() == Some("always");
     identity.record = read_record(answers.next());
     identity.record.extend(read_record(answers.next()));
-    if let Some(Ok(time)) = answers.next() {
-        identity.clock = Reading::from_reply(&time, sent, received);
+    match answers.next() {
+        Some(Ok(time)) => identity.clock = Reading::from_reply(&time, sent, received),
+        // Its grants count without a clock watch (see `clock.rs`): said.
+        Some(Err(err)) => refusal(
+            &mut identity.refused,
+            "TIME (its clock is not watched)",
+            &err,
+        ),
+        None => {}
     }
     if let (Some(Ok(notes)), Some(clock)) = (answers.next(), identity.clock) {
         identity.clock_notes = read_clock_notes(notes, clock.node_us / 1000)
