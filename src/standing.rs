@@ -1875,6 +1875,23 @@ async fn read_identity(
     }
 }
 
+/// The node's clock from its answer to the check's `TIME`, sent and
+/// answered when; a refusal is noted in `refused` (its grants count without
+/// a clock watch, see `clock.rs`).
+fn read_time(
+    answer: Option<RedisResult<Value>>,
+    refused: &mut Vec<String>,
+    (sent, received): (Instant, Instant),
+) -> Option<Reading> {
+    match answer? {
+        Ok(time) => Reading::from_reply(&time, sent, received),
+        Err(err) => {
+            refusal(refused, "TIME (its clock is not watched)", &err);
+            None
+        }
+    }
+}
+
 /// One server's identity, read with the check's round trip.
 async fn read_server(
     connection: &mut redis::aio::MultiplexedConnection,
@@ -1921,16 +1938,7 @@ async fn read_server(
         appendonly.as_deref() == Some("yes") && appendfsync.as_deref() == Some("always");
     identity.record = read_record(answers.next());
     identity.record.extend(read_record(answers.next()));
-    match answers.next() {
-        Some(Ok(time)) => identity.clock = Reading::from_reply(&time, sent, received),
-        // Its grants count without a clock watch (see `clock.rs`): said.
-        Some(Err(err)) => refusal(
-            &mut identity.refused,
-            "TIME (its clock is not watched)",
-            &err,
-        ),
-        None => {}
-    }
+    identity.clock = read_time(answers.next(), &mut identity.refused, (sent, received));
     if let (Some(Ok(notes)), Some(clock)) = (answers.next(), identity.clock) {
         identity.clock_notes = read_clock_notes(notes, clock.node_us / 1000)
             .into_iter()

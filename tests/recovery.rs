@@ -115,6 +115,35 @@ async fn node_refusing_the_first_contact_check_is_counted_with_a_warning() {
     );
 }
 
+/// A node that refuses `TIME` (renamed away, or an ACL user without it)
+/// still counts, without its clock watched for steps, and the check's
+/// warning names the node and `TIME` with its reply.
+#[tokio::test(flavor = "current_thread")]
+async fn node_refusing_time_is_counted_with_a_warning() {
+    let (captured, _default) = support::capture_logs(tracing::Level::WARN);
+
+    let node = RedisServer::start_with(&["--rename-command", "TIME", ""]);
+    let redlock = Redlock::new([node.url()]).unwrap();
+    for _ in 0..3 {
+        let guard = redlock
+            .try_lock("recovery:no-time", TTL)
+            .await
+            .expect("a node without TIME still counts");
+        guard.unlock().await.unwrap();
+    }
+    let logs = captured.text();
+    let warning = logs
+        .lines()
+        .find(|line| line.contains("WARN") && line.contains("TIME"))
+        .unwrap_or_else(|| panic!("no warning naming TIME:\n{logs}"));
+    assert!(
+        warning.contains(&format!("127.0.0.1:{}", node.port()))
+            && warning.contains("unknown command")
+            && warning.contains("clock is not watched"),
+        "the warning names the node, TIME and the reply: {warning}"
+    );
+}
+
 /// A node whose check cannot finish does not count, and the failed lock
 /// says why in its `source()` instead of a bare "1 failed". Here the node is
 /// 200 ms away: connecting takes one round trip, within the 300 ms connect
