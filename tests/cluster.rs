@@ -10,7 +10,8 @@
 //! for a fresh one, tells the holder at once, and locks work again through
 //! the same URL once the grace has passed. A node whose primary was frozen
 //! (a call timed out) is used again within moments of its answering; a
-//! cluster outlives the one node its URL names.
+//! cluster outlives the one node its URL names. An election and a
+//! semaphore work on a cluster node.
 
 mod support;
 
@@ -141,6 +142,44 @@ async fn a_held_lock_moves_with_its_slot() {
     let fenced = holder.lock(resource, ttl).await.unwrap();
     assert!(fenced.fencing_token().expect("fencing on") > token);
     fenced.unlock().await.unwrap();
+}
+
+/// An election and a semaphore on a cluster node: the leader's record,
+/// the semaphore's gate and slots live in their name's slot, so the record
+/// script (lock key and record) runs there; the term is a fencing token
+/// (fencing off for the client); the semaphore admits its permits only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_and_a_semaphore_on_a_cluster() {
+    let cluster = Cluster::start(3, 0);
+    let redlock = builder(&cluster.url()).build().unwrap();
+    let ttl = Duration::from_secs(5);
+    let leadership = redlock.campaign("cluster:elect", "one", ttl).await.unwrap();
+    let leader = redlock
+        .leader("cluster:elect")
+        .await
+        .unwrap()
+        .expect("a leader");
+    assert_eq!(
+        (leader.identity.as_str(), leader.term),
+        ("one", leadership.term())
+    );
+    let first = leadership.term();
+    leadership.resign().await.unwrap();
+    assert!(redlock.leader("cluster:elect").await.unwrap().is_none());
+    let again = redlock.campaign("cluster:elect", "two", ttl).await.unwrap();
+    assert!(again.term() > first, "terms rise");
+    again.resign().await.unwrap();
+
+    let semaphore = redlock.semaphore("cluster:sem", 2).unwrap();
+    let (a, b) = (
+        semaphore.acquire(ttl).await.unwrap(),
+        semaphore.acquire(ttl).await.unwrap(),
+    );
+    assert_ne!(a.slot(), b.slot());
+    let third = semaphore.try_acquire(ttl).await;
+    assert!(matches!(third, Err(Error::Contended { .. })), "{third:?}");
+    a.release().await.unwrap();
+    b.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
