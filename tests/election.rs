@@ -333,7 +333,7 @@ async fn leaders_across_processes_never_overlap(exe: &std::path::Path) -> Outcom
     let mut workers: Vec<Child> = (0..4)
         .map(|_| {
             Command::new(exe)
-                .args(["--worker", "9", &checker.url()])
+                .args(["--worker", "1", "9", &checker.url()])
                 .args(&nodes)
                 .stdout(Stdio::piped())
                 .spawn()
@@ -542,25 +542,21 @@ fn run(name: &str, exe: &std::path::Path, runtime: &tokio::runtime::Runtime) -> 
         "bad_input_is_refused" => Box::pin(bad_input_is_refused()),
         _ => Box::pin(leaders_across_processes_never_overlap(exe)),
     };
-    let limit = Duration::from_secs(90);
-    runtime.block_on(async {
-        tokio::time::timeout(limit, test)
-            .await
-            .unwrap_or_else(|_| Err(format!("not done in {limit:?}").into()))
-    })
+    support::harness::block_on_within(runtime, Duration::from_secs(90), test)
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let runtime = support::runtime().expect("tokio runtime");
     if args.first().map(String::as_str) == Some("--worker") {
-        let outcome = match &args[1..] {
-            [seconds, checker, nodes @ ..] => match seconds.parse() {
-                Ok(seconds) => runtime.block_on(worker(seconds, checker, nodes)),
-                Err(_) => Err("bad SECONDS".into()),
-            },
-            _ => Err("--worker SECONDS CHECKER NODE...".into()),
-        };
+        // One campaigner per process (TASKS is 1).
+        let outcome = support::harness::worker_args(&args[1..]).and_then(|worker_args| {
+            runtime.block_on(worker(
+                worker_args.seconds,
+                worker_args.checker,
+                worker_args.nodes,
+            ))
+        });
         return support::harness::exit("worker", outcome);
     }
     let exe = std::env::current_exe().expect("own executable");

@@ -394,27 +394,21 @@ fn run(name: &str, exe: &std::path::Path, runtime: &tokio::runtime::Runtime) -> 
         "run_on_a_kept_guard" => Box::pin(run_on_a_kept_guard()),
         _ => return kept_holds_across_processes_never_overlap(exe),
     };
-    let limit = Duration::from_secs(60);
-    runtime.block_on(async {
-        tokio::time::timeout(limit, test)
-            .await
-            .unwrap_or_else(|_| Err(format!("not done in {limit:?}").into()))
-    })
+    support::harness::block_on_within(runtime, Duration::from_secs(60), test)
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let runtime = support::runtime().expect("tokio runtime");
     if args.first().map(String::as_str) == Some("--worker") {
-        let outcome = match &args[1..] {
-            [tasks, seconds, checker, nodes @ ..] => match (tasks.parse(), seconds.parse()) {
-                (Ok(tasks), Ok(seconds)) => {
-                    runtime.block_on(worker(tasks, seconds, checker, nodes))
-                }
-                _ => Err("bad TASKS or SECONDS".into()),
-            },
-            _ => Err("--worker TASKS SECONDS CHECKER NODE...".into()),
-        };
+        let outcome = support::harness::worker_args(&args[1..]).and_then(|worker_args| {
+            runtime.block_on(worker(
+                worker_args.tasks,
+                worker_args.seconds,
+                worker_args.checker,
+                worker_args.nodes,
+            ))
+        });
         return support::harness::exit("worker", outcome);
     }
     let exe = std::env::current_exe().expect("own executable");

@@ -51,6 +51,41 @@ pub fn run_tests(
     }
 }
 
+/// A worker process's arguments, after `--worker`: `TASKS SECONDS CHECKER
+/// NODE...`.
+pub struct WorkerArgs<'a> {
+    pub tasks: usize,
+    pub seconds: u64,
+    pub checker: &'a str,
+    pub nodes: &'a [String],
+}
+
+/// Reads `args` (those after `--worker`) as [`WorkerArgs`].
+pub fn worker_args(args: &[String]) -> Result<WorkerArgs<'_>, AnyError> {
+    match args {
+        [tasks, seconds, checker, nodes @ ..] => Ok(WorkerArgs {
+            tasks: tasks.parse().map_err(|_| "bad TASKS")?,
+            seconds: seconds.parse().map_err(|_| "bad SECONDS")?,
+            checker,
+            nodes,
+        }),
+        _ => Err("--worker TASKS SECONDS CHECKER NODE...".into()),
+    }
+}
+
+/// Runs `test` on `runtime`; not done within `limit`, it fails.
+pub fn block_on_within(
+    runtime: &tokio::runtime::Runtime,
+    limit: std::time::Duration,
+    test: impl std::future::Future<Output = Outcome>,
+) -> Outcome {
+    runtime.block_on(async {
+        tokio::time::timeout(limit, test)
+            .await
+            .unwrap_or_else(|_| Err(format!("not done in {limit:?}").into()))
+    })
+}
+
 /// A worker's outcome as its process's exit code (the error on stderr).
 pub fn exit(what: &str, outcome: Outcome) -> ExitCode {
     match outcome {

@@ -79,12 +79,9 @@ pub async fn elect(args: ElectArgs) -> ExitCode {
         Ok(redlock) => redlock,
         Err(code) => return code,
     };
-    let mut signals = match Forwarded::install() {
+    let mut signals = match Forwarded::install_or_exit() {
         Ok(signals) => signals,
-        Err(err) => {
-            eprintln!("quorlock: cannot install signal handlers: {err}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let identity = args.id.clone().unwrap_or_else(default_identity);
     let mut leadership = match campaign(&redlock, &args, &identity, &mut signals).await {

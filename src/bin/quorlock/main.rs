@@ -353,6 +353,14 @@ struct Forwarded {
 }
 
 impl Forwarded {
+    /// The handlers, or the exit code of a failure to install them (said).
+    fn install_or_exit() -> Result<Self, ExitCode> {
+        Self::install().map_err(|err| {
+            eprintln!("quorlock: cannot install signal handlers: {err}");
+            ExitCode::FAILURE
+        })
+    }
+
     fn install() -> std::io::Result<Self> {
         Ok(Forwarded {
             interrupt: signal(SignalKind::interrupt())?,
@@ -403,12 +411,9 @@ async fn run(args: RunArgs) -> ExitCode {
         Ok(redlock) => redlock,
         Err(code) => return code,
     };
-    let mut signals = match Forwarded::install() {
+    let mut signals = match Forwarded::install_or_exit() {
         Ok(signals) => signals,
-        Err(err) => {
-            eprintln!("quorlock: cannot install signal handlers: {err}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let code = lock_and_run(&redlock, &args, &mut signals).await;
     // Releases still running in the background (an acquire round cut short
