@@ -105,6 +105,44 @@
 //! # }
 //! ```
 //!
+//! ## One leader, or n holders, at a time
+//!
+//! Built on the plain lock, each with its safety argument in its module:
+//! leader election, where the leader's term is its lock's fencing token
+//! (higher than every earlier leader's) and standbys wait in the fair
+//! queue; and a counting semaphore whose permits are each a lock on one of
+//! its slots.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use futures::StreamExt;
+//! use quorlock::{LeaderEvent, Redlock};
+//!
+//! # async fn demo(redlock: Redlock) -> Result<(), Box<dyn std::error::Error>> {
+//! // Waits until this process leads "scheduler"; the leadership is a lock.
+//! let mut leadership = redlock.campaign("scheduler", "host-7", Duration::from_secs(10)).await?;
+//! leadership.keep_alive()?;
+//! let term = leadership.term(); // pass it to every write, to fence a deposed leader
+//! leadership.run(async { /* lead */ }).await?;
+//! leadership.resign().await?;
+//!
+//! // Who leads, and every change (losses included).
+//! let now = redlock.leader("scheduler").await?;
+//! let mut changes = redlock.observe("scheduler", Duration::from_millis(100))?;
+//! if let Some(Ok(LeaderEvent::Elected(leader))) = changes.next().await {
+//!     println!("{} leads, term {}", leader.identity, leader.term);
+//! }
+//!
+//! // At most 3 holders at once, across every process.
+//! let api = redlock.semaphore("partner-api", 3)?;
+//! let permit = api.acquire(Duration::from_secs(10)).await?;
+//! // ... call the partner's API ...
+//! permit.release().await?;
+//! # let _ = (term, now);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! ## Features
 //!
 //! - `tls`: `rediss://` nodes, with rustls (ring as its crypto provider);
