@@ -273,6 +273,9 @@ pub(crate) async fn campaign(
         );
         write_record(engine, &guard, &record, "".into()).await;
         let _ = guard.unlock().await;
+        // Nodes that refuse the record script would otherwise make this a
+        // loop of rounds: the retry delay paces it.
+        tokio::time::sleep(engine.config.retry_delay).await;
     }
 }
 

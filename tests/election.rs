@@ -546,19 +546,10 @@ fn run(name: &str, exe: &std::path::Path, runtime: &tokio::runtime::Runtime) -> 
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let runtime = support::runtime().expect("tokio runtime");
-    if args.first().map(String::as_str) == Some("--worker") {
-        // One campaigner per process (TASKS is 1).
-        let outcome = support::harness::worker_args(&args[1..]).and_then(|worker_args| {
-            runtime.block_on(worker(
-                worker_args.seconds,
-                worker_args.checker,
-                worker_args.nodes,
-            ))
-        });
-        return support::harness::exit("worker", outcome);
-    }
-    let exe = std::env::current_exe().expect("own executable");
-    support::harness::run_tests(&args, &TESTS, |name| run(name, &exe, &runtime))
+    // One campaigner per process (TASKS is 1).
+    support::harness::main_with_workers(
+        &TESTS,
+        &|args| Box::pin(worker(args.seconds, args.checker, args.nodes)),
+        run,
+    )
 }

@@ -73,6 +73,31 @@ pub fn worker_args(args: &[String]) -> Result<WorkerArgs<'_>, AnyError> {
     }
 }
 
+/// What a worker process runs, from its [`WorkerArgs`].
+pub type Worker =
+    dyn for<'a> Fn(
+        &'a WorkerArgs<'a>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + 'a>>;
+
+/// The `main` of a test binary that re-executes itself as its workers:
+/// with `--worker` first, runs `worker` and exits with its outcome;
+/// otherwise runs each of `tests` (as [`run_tests`] filters them) with
+/// `run`, given this executable and a runtime.
+pub fn main_with_workers(
+    tests: &[&str],
+    worker: &Worker,
+    mut run: impl FnMut(&str, &std::path::Path, &tokio::runtime::Runtime) -> Outcome,
+) -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = super::runtime().expect("tokio runtime");
+    if args.first().map(String::as_str) == Some("--worker") {
+        let outcome = worker_args(&args[1..]).and_then(|args| runtime.block_on(worker(&args)));
+        return exit("worker", outcome);
+    }
+    let exe = std::env::current_exe().expect("own executable");
+    run_tests(&args, tests, |name| run(name, &exe, &runtime))
+}
+
 /// Runs `test` on `runtime`; not done within `limit`, it fails.
 pub fn block_on_within(
     runtime: &tokio::runtime::Runtime,
