@@ -519,7 +519,9 @@ impl Redlock {
     ///
     /// A snapshot, for operators and standbys: the leader it names may have
     /// lost since. A leader knows it leads only from its own
-    /// [`Leadership`].
+    /// [`Leadership`]. Each node's answer is waited for up to the node
+    /// timeout (after the client's first contact); a node slower than that
+    /// counts as silent.
     ///
     /// # Errors
     ///
