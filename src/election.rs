@@ -79,7 +79,7 @@ use crate::engine::{Engine, To};
 use crate::error::{Error, Result, show_resource};
 use crate::guard::LockGuard;
 use crate::quorum::{self, Unlocked, Votes};
-use crate::request::{LEADER_SUFFIX, Request, unmarked};
+use crate::request::{LEADER_SUFFIX, Request, suffixed, unmarked};
 use crate::round::Until;
 
 #[cfg(doc)]
@@ -227,14 +227,6 @@ pub(crate) fn check_identity(identity: &str) -> Result<()> {
     })
 }
 
-/// The key of the record of the election whose lock key is `key`.
-fn record_key(key: &[u8]) -> Arc<[u8]> {
-    key.iter()
-        .chain(LEADER_SUFFIX.as_bytes())
-        .copied()
-        .collect()
-}
-
 /// Campaigns until the caller leads the election `name`: see
 /// [`Redlock::campaign`].
 pub(crate) async fn campaign(
@@ -245,7 +237,7 @@ pub(crate) async fn campaign(
 ) -> Result<Leadership> {
     check_identity(identity)?;
     let key = engine.key(name)?;
-    let record = record_key(&key);
+    let record = suffixed(&key, LEADER_SUFFIX);
     let identity: Arc<str> = identity.into();
     loop {
         let how = How::waiting(CAMPAIGN_PATIENCE, true);
@@ -303,7 +295,7 @@ async fn write_record(
 /// Who leads the election `name`: see [`Redlock::leader`].
 pub(crate) async fn leader(engine: &Engine, name: &[u8]) -> Result<Option<Leader>> {
     let key = engine.key(name)?;
-    let record = record_key(&key);
+    let record = suffixed(&key, LEADER_SUFFIX);
     // Nodes not checked in time are read all the same.
     let _ = (engine.first_contact(Some(Instant::now() + engine.config.connect_timeout))).await;
     let (held, records) = futures::join!(read(engine, key), read(engine, record));

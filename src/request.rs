@@ -52,14 +52,18 @@ pub(crate) struct RwKeys {
 impl RwKeys {
     /// The keys of the read-write lock whose key is `key`.
     pub(crate) fn of(key: &[u8]) -> Arc<Self> {
-        let with =
-            |suffix: &str| -> Arc<[u8]> { key.iter().chain(suffix.as_bytes()).copied().collect() };
         Arc::new(RwKeys {
-            write: with(WRITE_SUFFIX),
-            read: with(READ_SUFFIX),
-            intent: with(INTENT_SUFFIX),
+            write: suffixed(key, WRITE_SUFFIX),
+            read: suffixed(key, READ_SUFFIX),
+            intent: suffixed(key, INTENT_SUFFIX),
         })
     }
+}
+
+/// `key` followed by `suffix`: a key of the crate's own beside a lock's
+/// (in its hash slot, as the suffix follows the braces of a slotted key).
+pub(crate) fn suffixed(key: &[u8], suffix: &str) -> Arc<[u8]> {
+    [key, suffix.as_bytes()].concat().into()
 }
 
 /// Which kind of lock a [`LockId`] is, and so which keys and scripts its

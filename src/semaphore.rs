@@ -54,7 +54,7 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::quorum::{self, Unlocked};
-use crate::request::{GATE_SUFFIX, PERMIT_INFIX};
+use crate::request::{GATE_SUFFIX, PERMIT_INFIX, suffixed};
 
 /// The most permits a semaphore may have.
 pub(crate) const MAX_PERMITS: u32 = 1024;
@@ -139,12 +139,11 @@ impl Semaphore {
             });
         }
         let key = engine.key(name)?;
-        let with = |suffix: &[u8]| -> Arc<[u8]> { [&key[..], suffix].concat().into() };
         let slots = (0..permits)
-            .map(|slot| with(format!("{PERMIT_INFIX}{slot}").as_bytes()))
+            .map(|slot| suffixed(&key, &format!("{PERMIT_INFIX}{slot}")))
             .collect();
         Ok(Semaphore {
-            gate: with(GATE_SUFFIX.as_bytes()),
+            gate: suffixed(&key, GATE_SUFFIX),
             name: name.into(),
             slots,
             engine,
