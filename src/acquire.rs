@@ -14,38 +14,7 @@
 //! fencing write-back): the queue, the notifications and the memory of busy
 //! keys only choose which correct round to make and when (see `queue.rs`).
 //!
-//! # Locks on several resources
-//!
-//! A [`lock_all`](crate::Redlock::lock_all) lock is one lock with several
-//! keys and one token. Its round runs one script per node
-//! (`scripts::ACQUIRE_ALL`) that sets every key, with the same TTL, only
-//! when none of them exists there; otherwise it sets nothing. Such a grant
-//! counts as a plain grant does, so the mutex's argument carries over key
-//! by key: the lock is won only with a quorum of grants and validity left,
-//! every granting node then holds *every* key until at least the round's
-//! start plus the TTL, and any other holder of any of those keys (a plain
-//! lock, or another set that shares one) needed a quorum of nodes that held
-//! that key for it; two quorums share a node, and that node would have had
-//! to set one key twice while it existed, which neither `SET NX` nor the
-//! scripts do. It assumes what the mutex assumes (independent nodes,
-//! bounded clock drift, no loss of a key on a node that counts), and that
-//! the keys live on the same server on each node (they do: nodes are
-//! independent servers, not a cluster). Nodes that disagree (one refuses
-//! because another holder has one key there, one has a key of another type)
-//! refuse the whole set, which only withholds the lock. The extend script
-//! (`EXTEND_ALL`) votes yes only where every key still holds our token, and
-//! resets them together; the release script (`RELEASE_ALL`) gives up each
-//! key that holds our token, handing it on to that key's queued waiters
-//! like a plain release. A lost round is released on every node that did
-//! not refuse, as for a plain lock, so nothing of it stays behind.
-//!
-//! No deadlock is possible: a round waits for nothing and holds nothing
-//! while a caller pauses. Two sets that overlap may split the nodes between
-//! them and both lose a round; each retries after the jittered retry delay,
-//! so one soon wins. Such a lock does not wait in the keys' queues: it is
-//! granted only when all its keys are free, so callers queued for one of
-//! them go first, and a key that always has waiters keeps the set waiting
-//! until its patience ends.
+//! Locks on several resources take their turn as `sets.rs` describes.
 //!
 //! # Read-write locks
 //!
@@ -101,7 +70,7 @@ use crate::meter::{self, Meter};
 use crate::notify::{Gates, Listening};
 use crate::queue::{self, Place};
 use crate::quorum::{self, Ttl, Votes};
-use crate::request::{LockId, OtherKeys, Request, RwKeys, Shape, new_token};
+use crate::request::{LockId, Request, RwKeys, Shape, new_token};
 use crate::round::{NodeSet, Round, Until};
 use crate::session::Watching;
 use crate::standing::NotReady;
@@ -137,13 +106,28 @@ pub(crate) async fn acquire_key(
 }
 
 /// How a call acquires.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct How {
     /// How long it waits in the queue (`None`: one round, or rounds within
     /// the acquire timeout; see `Redlock::try_lock`).
     patience: Option<Duration>,
-    /// Fenced whatever the client's setting.
-    fenced: bool,
+    /// Whether its lock is fenced.
+    fencing: Fencing,
+    /// For a lock on several resources gathered from the caller's plain
+    /// locks on each (see `sets.rs`): their tokens, in the order of its keys.
+    gathers: Option<Arc<[Arc<str>]>>,
+}
+
+/// Whether a call's lock is fenced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fencing {
+    /// As the client's [`fencing`](crate::RedlockBuilder::fencing) says.
+    AsConfigured,
+    /// Always: a leader's term is its fencing token (see `election.rs`).
+    Always,
+    /// Never: a step towards a lock on several resources, which is fenced
+    /// (as configured) when gathered (see `sets.rs`).
+    Never,
 }
 
 impl How {
@@ -152,16 +136,28 @@ impl How {
     pub(crate) fn plain(engine: &Engine, waits: bool) -> Self {
         How {
             patience: waits.then(|| engine.config.patience()),
-            fenced: false,
+            fencing: Fencing::AsConfigured,
+            gathers: None,
         }
     }
 
-    /// A call that waits in the queue for up to `patience`, fenced whatever
-    /// the client's setting where `fenced`.
-    pub(crate) fn waiting(patience: Duration, fenced: bool) -> Self {
+    /// A call that waits in the queue for up to `patience`, fenced as
+    /// `fencing` says.
+    pub(crate) fn waiting(patience: Duration, fencing: Fencing) -> Self {
         How {
             patience: Some(patience),
-            fenced,
+            fencing,
+            gathers: None,
+        }
+    }
+
+    /// One round that gathers a lock on several resources from the
+    /// caller's plain locks on each, whose tokens are `held` (see `sets.rs`).
+    pub(crate) fn gathering(held: Arc<[Arc<str>]>) -> Self {
+        How {
+            patience: None,
+            fencing: Fencing::AsConfigured,
+            gathers: Some(held),
         }
     }
 }
@@ -200,71 +196,11 @@ pub(crate) async fn acquire_rw(
     .await
 }
 
-/// Takes the locks on every one of `resources` at once, all or none: one
-/// round for `try_lock_all` (`waits` false), or, for `lock_all`, rounds
-/// after the jittered retry delay until the call's patience ends (such a
-/// lock does not wait in the queues of its keys; see `Redlock::lock_all`).
-pub(crate) async fn acquire_all(
-    engine: &Arc<Engine>,
-    resources: &[&[u8]],
-    ttl: Duration,
-    waits: bool,
-) -> Result<LockGuard> {
-    let mut named = resources
-        .iter()
-        .map(|resource| Ok((engine.key(resource)?, *resource)))
-        .collect::<Result<Vec<_>>>()?;
-    // In byte order, none twice: the nodes see one set whatever order the
-    // caller named them in.
-    named.sort();
-    named.dedup_by(|a, b| a.0 == b.0);
-    if named.len() > crate::engine::MAX_RESOURCES {
-        return Err(Error::InvalidResource {
-            reason: format!(
-                "{} resources named, more than the {} one lock takes",
-                named.len(),
-                crate::engine::MAX_RESOURCES
-            ),
-        });
-    }
-    let (keys, names): (Vec<Arc<[u8]>>, Vec<&[u8]>) = named.into_iter().unzip();
-    if engine.config.slotted {
-        one_slot(&keys)?;
-    }
-    let Some((key, others)) = keys.split_first() else {
-        return Err(Error::InvalidResource {
-            reason: "no resource named".into(),
-        });
-    };
-    let shape = if others.is_empty() {
-        Shape::One
-    } else {
-        Shape::All(OtherKeys::from(others))
-    };
-    let how = How::plain(engine, waits);
-    start(engine, &names, (key.clone(), shape), ttl, how).await
-}
-
-/// In the slotted layout (a Redis Cluster node), a lock on several
-/// resources runs one script over all its keys, which the cluster runs
-/// only within one slot: the keys must share a hash tag.
-fn one_slot(keys: &[Arc<[u8]>]) -> Result<()> {
-    let mut slots = keys.iter().map(|key| crate::cluster::slot(key));
-    let first = slots.next();
-    if slots.all(|slot| Some(slot) == first) {
-        return Ok(());
-    }
-    Err(Error::InvalidResource {
-        reason: "with a Redis Cluster node, the resources of one lock must share a slot: give \
-                 them one hash tag, as in {order:42}:items and {order:42}:payment"
-            .into(),
-    })
-}
-
-/// The start shared by [`acquire`], [`acquire_all`] and [`acquire_rw`]:
-/// the lock's key (the first of several) is checked, and `shape` says what
-/// kind of lock it is; `how` how it waits and whether it is fenced.
-async fn start(
+/// The start shared by [`acquire`], [`acquire_rw`] and a lock on several
+/// resources (`sets.rs`): the lock's key (the first of several) is
+/// checked, and `shape` says what kind of lock it is; `how` how it waits
+/// and whether it is fenced.
+pub(crate) async fn start(
     engine: &Arc<Engine>,
     resources: &[&[u8]],
     (key, shape): (Arc<[u8]>, Shape),
@@ -294,7 +230,7 @@ async fn start(
 }
 
 /// The `kind` label of a lock's metrics.
-fn kind(shape: &Shape) -> &'static str {
+pub(crate) fn kind(shape: &Shape) -> &'static str {
     match shape {
         Shape::One => "lock",
         Shape::All(_) => "lock_all",
@@ -303,8 +239,9 @@ fn kind(shape: &Shape) -> &'static str {
     }
 }
 
-/// [`start`] without the metrics, for a call made at `called`.
-async fn take(
+/// [`start`] without the metrics, for a call made at `called`, with the
+/// guard's metrics in `meter`.
+pub(crate) async fn take(
     engine: &Arc<Engine>,
     resources: &[&[u8]],
     (key, shape): (Arc<[u8]>, Shape),
@@ -353,7 +290,8 @@ async fn take(
         attempt: 0,
         claiming: false,
         meter,
-        fenced: how.fenced,
+        fencing: how.fencing,
+        gathers: how.gathers,
     };
     tasks::in_span!(span, acquisition.run())
 }
@@ -411,9 +349,11 @@ struct Acquisition<'a> {
     claiming: bool,
     /// The lock's metrics, for its guard.
     meter: Meter,
-    /// Fenced whatever the client's setting: a leader's term is its fencing
-    /// token (see `election.rs`).
-    fenced: bool,
+    /// Whether the lock is fenced.
+    fencing: Fencing,
+    /// The tokens of the caller's plain locks that its rounds gather into a
+    /// lock on several resources (see `sets.rs`).
+    gathers: Option<Arc<[Arc<str>]>>,
 }
 
 impl Acquisition<'_> {
@@ -440,7 +380,12 @@ impl Acquisition<'_> {
     /// The fencing counter's key for `key`, where this lock is fenced (the
     /// client's fencing, or a leader's term).
     fn counter_key(&self, key: &[u8]) -> Option<Arc<[u8]>> {
-        (self.engine.config).counter_key_when(key, self.fenced || self.engine.config.fencing)
+        let fenced = match self.fencing {
+            Fencing::AsConfigured => self.engine.config.fencing,
+            Fencing::Always => true,
+            Fencing::Never => false,
+        };
+        (self.engine.config).counter_key_when(key, fenced)
     }
 
     /// Takes this attempt's turn: the request for the round, and for a
@@ -458,13 +403,19 @@ impl Acquisition<'_> {
             Some(waiting) => waiting.turn(claiming),
             None => (None, None),
         };
-        let request = match queued {
-            None => Request::Acquire {
+        let request = match (queued, &self.gathers) {
+            (_, Some(held)) => Request::Gather {
+                lock,
+                ttl_ms,
+                counter_key,
+                held: held.clone(),
+            },
+            (None, None) => Request::Acquire {
                 lock,
                 ttl_ms,
                 counter_key,
             },
-            Some((waiter, ticket)) => Request::Wait {
+            (Some((waiter, ticket)), None) => Request::Wait {
                 lock,
                 ttl_ms,
                 counter_key,
@@ -704,7 +655,7 @@ impl Acquisition<'_> {
 }
 
 /// Sleeps for the jittered retry delay, or until `deadline`.
-async fn retry_delay(config: &crate::config::Config, deadline: Instant) {
+pub(crate) async fn retry_delay(config: &crate::config::Config, deadline: Instant) {
     let unit = rand::rng().random::<f64>();
     let delay = quorum::jittered(config.retry_delay, config.retry_jitter, unit);
     tokio::time::sleep_until((Instant::now() + delay).min(deadline).into()).await;

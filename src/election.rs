@@ -73,7 +73,7 @@ use std::time::{Duration, Instant};
 
 use futures::stream::BoxStream;
 
-use crate::acquire::{How, acquire_key};
+use crate::acquire::{Fencing, How, acquire_key};
 use crate::answer::{Answer, NodeError};
 use crate::engine::{Engine, To};
 use crate::error::{Error, Result, show_resource};
@@ -240,7 +240,7 @@ pub(crate) async fn campaign(
     let record = suffixed(&key, LEADER_SUFFIX);
     let identity: Arc<str> = identity.into();
     loop {
-        let how = How::waiting(CAMPAIGN_PATIENCE, true);
+        let how = How::waiting(CAMPAIGN_PATIENCE, Fencing::Always);
         let guard = acquire_key(engine, key.clone(), name, ttl, how).await?;
         // Fenced, so a won lock carries its token.
         let Some(term) = guard.fencing_token() else {

@@ -79,6 +79,12 @@ impl LockGuard {
         &self.lock
     }
 
+    /// Stops the keeper ([`keep_alive`](Self::keep_alive)) without
+    /// releasing: the guard still releases the keys when dropped.
+    pub(crate) fn stop_keeping(&self) {
+        self.lease.end((LostReason::Released, None));
+    }
+
     pub(crate) fn shown_resource(&self) -> String {
         show_resources(&self.resources().collect::<Vec<_>>())
     }

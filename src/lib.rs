@@ -30,8 +30,9 @@
 //! 4. `acquire.rs`: the acquire loop as named steps: take the turn, make
 //!    the round, fence it, or clean it up and pause. A round in flight is a
 //!    private guard that becomes a [`LockGuard`] only when it wins. Its
-//!    docs hold the safety arguments of the locks on several resources and
-//!    of the read-write lock.
+//!    docs hold the safety argument of the read-write lock. Beside it,
+//!    `sets.rs`: the lock on several resources, taken at once or by waiting
+//!    in the queue of each and gathering, with its safety argument.
 //! 5. `guard.rs`: [`LockGuard`], the held lock: [`extend`](LockGuard::extend),
 //!    [`unlock`](LockGuard::unlock), [`forget`](LockGuard::forget),
 //!    [`keep_alive`](LockGuard::keep_alive) and [`lost`](LockGuard::lost)
@@ -420,6 +421,7 @@ mod guard;
 mod lease;
 mod redlock;
 mod semaphore;
+mod sets;
 
 pub use answer::{NodeError, NodeErrorKind, NotCounted};
 pub use config::RedlockBuilder;

@@ -323,8 +323,10 @@ impl Node {
         let (purpose, call, reply) = plan(request);
         // A vote that can grant a new key reads the node's clock after it,
         // in the same request (see `clock.rs`).
-        let timed = matches!(request, Request::Acquire { .. } | Request::Wait { .. })
-            && self.shared.standing.standings.clock_on();
+        let timed = matches!(
+            request,
+            Request::Acquire { .. } | Request::Wait { .. } | Request::Gather { .. }
+        ) && self.shared.standing.standings.clock_on();
         Box::pin(self.call(purpose, call, reply, timed))
     }
 
@@ -712,6 +714,12 @@ fn plan(request: &Request) -> (Purpose, Call, Reply) {
             let call = wait(lock, *ttl_ms, counter_key.as_deref(), waiter, *ticket);
             (Purpose::Vote, call, Reply::Queued { fenced })
         }
+        Request::Gather {
+            lock,
+            ttl_ms,
+            counter_key,
+            held,
+        } => gather(lock, *ttl_ms, counter_key.as_deref(), held),
         Request::Extend { lock, ttl_ms } => (Purpose::Vote, extension(lock, *ttl_ms), Reply::YesNo),
         Request::WriteBack {
             lock,
@@ -723,15 +731,7 @@ fn plan(request: &Request) -> (Purpose, Call, Reply) {
         }
         // Always sent: a node that was slow may still hold our key.
         Request::Release { lock, place } => (Purpose::Cleanup, release(lock, place), Reply::YesNo),
-        Request::CountReaders { key } => {
-            let mut cmd = evalsha(&scripts::COUNT_READERS, 1, 0);
-            cmd.arg(&**key);
-            (
-                Purpose::Read,
-                script(cmd, &scripts::COUNT_READERS),
-                Reply::Count,
-            )
-        }
+        Request::CountReaders { key } => read(&scripts::COUNT_READERS, key, Reply::Count),
         Request::Record {
             lock,
             record,
@@ -746,12 +746,15 @@ fn plan(request: &Request) -> (Purpose, Call, Reply) {
             // Always sent, as a release: a withdrawal must reach every node.
             (Purpose::Cleanup, call, Reply::YesNo)
         }
-        Request::Inspect { key } => {
-            let mut cmd = evalsha(&scripts::INSPECT, 1, 0);
-            cmd.arg(&**key);
-            (Purpose::Read, script(cmd, &scripts::INSPECT), Reply::Holds)
-        }
+        Request::Inspect { key } => read(&scripts::INSPECT, key, Reply::Holds),
     }
+}
+
+/// A read (status) of `key` by `read_script`, whose reply reads as `reply`.
+fn read(read_script: &'static Script, key: &[u8], reply: Reply) -> (Purpose, Call, Reply) {
+    let mut cmd = evalsha(read_script, 1, 0);
+    cmd.arg(key);
+    (Purpose::Read, script(cmd, read_script), reply)
 }
 
 /// What a [`Request::Acquire`] sends, by the lock's shape, and how its
@@ -882,6 +885,36 @@ fn acquire_all(lock: &LockId, ttl_ms: u64, counter_key: Option<&[u8]>) -> Call {
     }
     cmd.arg(&*lock.token).arg(ttl_ms).arg(keys);
     script(cmd, &scripts::ACQUIRE_ALL)
+}
+
+/// What a [`Request::Gather`] sends (the gather script, with the fencing
+/// counter's key last among the keys when fencing is on), and how its
+/// reply reads.
+fn gather(
+    lock: &LockId,
+    ttl_ms: u64,
+    counter_key: Option<&[u8]>,
+    held: &[Arc<str>],
+) -> (Purpose, Call, Reply) {
+    let keys = lock.key_count();
+    let mut cmd = evalsha(
+        &scripts::GATHER,
+        keys + usize::from(counter_key.is_some()),
+        3 + held.len(),
+    );
+    for key in lock.keys() {
+        cmd.arg(key);
+    }
+    if let Some(counter_key) = counter_key {
+        cmd.arg(counter_key);
+    }
+    cmd.arg(&*lock.token).arg(ttl_ms).arg(keys);
+    for token in held {
+        cmd.arg(&**token);
+    }
+    let fenced = counter_key.is_some();
+    let call = script(cmd, &scripts::GATHER);
+    (Purpose::Vote, call, Reply::AllOrNone { fenced })
 }
 
 /// The call of a [`Request::Acquire`].

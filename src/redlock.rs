@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redis::Client;
 
-use crate::acquire::{acquire, acquire_all, acquire_rw};
+use crate::acquire::{acquire, acquire_rw};
 use crate::config::RedlockBuilder;
 use crate::election::{self, Leader, LeaderEvent, Leadership};
 use crate::engine::{self, Engine};
@@ -20,6 +20,7 @@ use crate::queue;
 use crate::quorum;
 use crate::request;
 use crate::semaphore::Semaphore;
+use crate::sets::acquire_all;
 use crate::standing;
 use crate::status::{LockStatus, RwStatus};
 
@@ -257,25 +258,29 @@ impl Redlock {
     /// Takes the locks on every one of `resources` at once, all or none, as
     /// one lock: one guard, with one TTL, extended and released together.
     ///
-    /// Each round runs one script per node that sets every key only when
-    /// none of them is taken there (held, by any lock of this or another
-    /// client, or handed on to a waiter), and a round wins as a [`lock`](Self::lock)
-    /// round does: a quorum of such all-or-nothing grants, with validity
-    /// left. A lost round is released on every node. A plain
-    /// [`lock`](Self::lock) on one of the resources and this lock exclude
-    /// each other, since they use the same key. The order in which the
-    /// resources are named does not matter (the nodes see them in byte
-    /// order, each once), and no two callers can deadlock: a round waits
-    /// for nothing, and none holds a part of its set while it waits.
+    /// The first round runs one script per node that sets every key only
+    /// when none of them is taken there (held, by any lock of this or
+    /// another client, or handed on to a waiter), and wins as a
+    /// [`lock`](Self::lock) round does: a quorum of such all-or-nothing
+    /// grants, with validity left. When it is lost (released on every
+    /// node), the call waits in the queue of each resource in turn, as
+    /// `lock` does, in byte order of the keys whatever order they were
+    /// named in, holding the ones it has (kept alive) while it waits for
+    /// the next; holding them all, it turns them into the one lock in one
+    /// more round, all or none on each node. So a set is served in its turn
+    /// among the callers queued for any of its resources, and no two
+    /// callers can deadlock: every set takes its resources in one order.
+    /// While it waits, the resources it already has are held (their own
+    /// waiters wait behind it), and a caller that holds one of the
+    /// resources itself must not call this (it would wait for itself until
+    /// its patience ends). How it works and why it is safe: the `sets`
+    /// module's docs. A plain [`lock`](Self::lock) on one of the resources
+    /// and this lock exclude each other, since they use the same key.
     ///
-    /// Unlike `lock`, the call does not wait in the queues of the keys: a
-    /// lost round is followed by another after the jittered retry delay,
-    /// until the call's patience ends (as for `lock`). Callers queued for a
-    /// resource in the set are served before this call whenever they are
-    /// there when the lock is released, so under steady contention on one
-    /// of its resources the call may see its patience end. With fencing on,
-    /// the guard's [`fencing_token`](LockGuard::fencing_token) is larger
-    /// than the token of every earlier holder of any of its resources.
+    /// With fencing on, the guard's
+    /// [`fencing_token`](LockGuard::fencing_token) is larger than the token
+    /// of every earlier holder of any of its resources (the steps of the
+    /// wait are not fenced).
     ///
     /// # Errors
     ///
@@ -288,7 +293,9 @@ impl Redlock {
     /// # Cancel safety
     ///
     /// As [`lock`](Self::lock): if the future is dropped, no guard exists,
-    /// and a round in flight finishes in the background and is released.
+    /// a round in flight finishes in the background and is released, and
+    /// the resources held while it waited are released and its places in
+    /// the queues left, in the background.
     pub async fn lock_all<I, R>(&self, resources: I, ttl: Duration) -> Result<LockGuard>
     where
         I: IntoIterator<Item = R>,

@@ -224,6 +224,20 @@ pub(crate) enum Request {
         /// The waiter's ticket (0: join at the back).
         ticket: u64,
     },
+    /// Rewrite the caller's plain locks on each key of a lock on several
+    /// resources to the lock's one token, all or none (the gather script;
+    /// see `sets.rs`).
+    Gather {
+        /// The lock on several resources to take.
+        lock: LockId,
+        /// Its TTL in milliseconds.
+        ttl_ms: u64,
+        /// The fencing counter's key, with fencing on.
+        counter_key: Option<Arc<[u8]>>,
+        /// The token of the caller's plain lock on each key, in the order of
+        /// [`LockId::keys`].
+        held: Arc<[Arc<str>]>,
+    },
     /// Reset our key's TTL (the extend script).
     Extend {
         /// The lock to extend.
@@ -281,6 +295,7 @@ impl Request {
             self,
             Request::Acquire { .. }
                 | Request::Wait { .. }
+                | Request::Gather { .. }
                 | Request::Extend { .. }
                 | Request::WriteBack { .. }
         )

@@ -276,6 +276,40 @@ end
 return {1, 0}"#
 );
 
+/// Gathers a lock on several resources from the plain locks the caller
+/// holds on each of them (a waiting [`lock_all`](crate::Redlock::lock_all),
+/// see `sets.rs`), all or nothing: `KEYS[1..n]` (`n` = `ARGV[3]`) are the
+/// lock's keys and, with fencing on, `KEYS[n + 1]` the fencing counter;
+/// `ARGV`: the new token, TTL in ms, `n`, then for each key the token of the
+/// caller's plain lock on it. Only when every key is absent or holds the
+/// caller's token for it (marked or not), sets every key (`SET PX`) to the
+/// new token (marked where the old one was, so that its release hands it on
+/// to the key's waiters): `{1, counter}` (as [`ACQUIRE_ALL`] gives it);
+/// otherwise it sets nothing: `{0, 0}`. A key of another type fails with
+/// `WRONGTYPE`.
+pub(crate) static GATHER: LazyLock<Script> = LazyLock::new(|| Script::new(GATHER_CODE));
+const GATHER_CODE: &str = concat!(
+    counter_lua!(),
+    r#"local n = tonumber(ARGV[3])
+local marked = {}
+for i = 1, n do
+    local value = redis.call("get", KEYS[i])
+    local held = ARGV[3 + i]
+    if value == held .. "+" then
+        marked[i] = "+"
+    elseif value and value ~= held then
+        return {0, 0}
+    end
+end
+for i = 1, n do
+    redis.call("set", KEYS[i], ARGV[1] .. (marked[i] or ""), "PX", ARGV[2])
+end
+if KEYS[n + 1] then
+    return {1, next_counter(KEYS[n + 1])}
+end
+return {1, 0}"#
+);
+
 /// Resets the TTL of every key in `KEYS` (a lock on several resources) to
 /// `ARGV[2]` milliseconds only while every one holds our token `ARGV[1]`
 /// (marked or not): 1; otherwise it changes none: 0. It never deletes.
@@ -563,12 +597,13 @@ pub(crate) fn for_client(fencing: bool) -> &'static [&'static str] {
 }
 
 /// Every script a client may run by `EVALSHA`, the fencing scripts last.
-const CLIENT_SCRIPTS: [&str; 13] = [
+const CLIENT_SCRIPTS: [&str; 14] = [
     WAIT_CODE,
     RELEASE_CODE,
     HEARTBEAT_CODE,
     EXTEND_CODE,
     ACQUIRE_ALL_CODE,
+    GATHER_CODE,
     EXTEND_ALL_CODE,
     RELEASE_ALL_CODE,
     READ_CODE,

@@ -49,7 +49,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use rand::RngExt;
 
-use crate::acquire::{How, acquire_key};
+use crate::acquire::{Fencing, How, acquire_key};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
@@ -177,7 +177,7 @@ impl Semaphore {
         }
         let patience = config.patience();
         let deadline = Instant::now() + patience;
-        let how = How::waiting(patience, false);
+        let how = How::waiting(patience, Fencing::AsConfigured);
         let gate = acquire_key(&self.engine, self.gate.clone(), &self.name, ttl, how).await?;
         // Held while slots are busy, maybe past its TTL; dropped when this
         // returns, the gate goes to the next waiter in the background.
@@ -202,7 +202,7 @@ impl Semaphore {
             .map(|n| {
                 let slot = (first + n) % count;
                 let key = self.slots[slot].clone();
-                let how = How::waiting(patience, false);
+                let how = How::waiting(patience, Fencing::AsConfigured);
                 let waited = acquire_key(&self.engine, key, &self.name, ttl, how);
                 waited
                     .map(move |guard| guard.map(|guard| Permit::of(guard, slot)))

@@ -77,6 +77,23 @@ async fn sets_lock_in_one_slot_and_are_refused_across_slots() {
     let member = redlock.try_lock(tagged[1], ttl).await;
     assert!(matches!(member, Err(Error::Contended { .. })), "{member:?}");
     guard.unlock().await.unwrap();
+    // A set whose member is held waits in its queue, then gathers.
+    let holder = redlock.lock(tagged[1], ttl).await.unwrap();
+    let set = tokio::spawn({
+        let redlock = redlock.clone();
+        async move { redlock.lock_all(&tagged, ttl).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!set.is_finished(), "the set waits for its member");
+    holder.unlock().await.unwrap();
+    let set = tokio::time::timeout(Duration::from_secs(10), set)
+        .await
+        .expect("the set is served once its member is released")
+        .unwrap()
+        .unwrap();
+    let member = redlock.try_lock(tagged[0], ttl).await;
+    assert!(matches!(member, Err(Error::Contended { .. })), "{member:?}");
+    set.unlock().await.unwrap();
     let across = redlock.lock_all(&["cluster:a", "cluster:b"], ttl).await;
     match across {
         Err(Error::InvalidResource { reason }) => {
