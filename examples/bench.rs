@@ -8,6 +8,7 @@
 //! bench [--quick] [--json PATH] [--layout NAME] URL x5   (BENCH_REDIS_DIR: the servers' pidfile dir)
 //! bench --summarize [--json PATH] FILE...    medians and spreads of several runs
 //! bench --profile [N CLIENT SECONDS] URL x5  one client's throughput, for a profiler
+//!   (CLIENT: quorlock, quorlock-read, quorlock-write, rslock or floor)
 //! ```
 //!
 //! Workloads at N = 1, 3, 5 nodes: latency (sequential lock + unlock of
@@ -688,8 +689,17 @@ async fn profile(args: &[String], urls: &[String]) -> Result<(), AnyError> {
     let nodes: usize = args.first().and_then(|n| n.parse().ok()).unwrap_or(5);
     let name = args.get(1).map_or("quorlock", String::as_str);
     let seconds: f64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(5.0);
-    let set = clients(&urls[..nodes.clamp(1, urls.len())], false).await?;
-    let chosen: Vec<Client> = set.into_iter().filter(|c| c.name() == name).collect();
+    let urls = &urls[..nodes.clamp(1, urls.len())];
+    let chosen: Vec<Client> = match name {
+        // The read-write lock's holds.
+        "quorlock-read" => vec![Client::QuorlockRead(quorlock::Redlock::new(urls)?)],
+        "quorlock-write" => vec![Client::QuorlockWrite(quorlock::Redlock::new(urls)?)],
+        _ => clients(urls, false)
+            .await?
+            .into_iter()
+            .filter(|c| c.name() == name)
+            .collect(),
+    };
     let mut table = Table::default();
     let window = Duration::from_secs_f64(seconds);
     let chosen: Vec<(&Client, &str)> = chosen.iter().map(|c| (c, "throughput")).collect();

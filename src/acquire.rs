@@ -40,7 +40,8 @@
 //! they should. Readers do not touch each other's entries: a reader's
 //! extension (`READ_EXTEND`) renews only its own entry, and only while it
 //! has not ended, and raises the set's TTL, never lowers it; a release
-//! (`READ_RELEASE`) removes only its own entry. A writer's extension and
+//! (a plain `ZREM`) removes only its own entry (ended or not: it then
+//! reports the hold released, where the entry was still there). A writer's extension and
 //! release are the plain lock's scripts on the writer's key. It assumes
 //! what the mutex assumes. Nodes that disagree (a reader's entry on one, a
 //! writer's key on another) only withhold grants.

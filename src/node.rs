@@ -775,12 +775,15 @@ fn acquire_plan(
             (Purpose::Vote, call, Reply::AllOrNone { fenced })
         }
         Shape::Read(keys) => {
-            let mut cmd = evalsha(&scripts::READ, 3, 2);
+            let mut cmd = evalsha(&scripts::READ, 3, 3);
+            // One round in 16 drops the ended entries (see `scripts::READ`).
+            let prune = rand::random::<u8>() < 16;
             cmd.arg(&*keys.read)
                 .arg(&*keys.write)
                 .arg(&*keys.intent)
                 .arg(&*lock.token)
-                .arg(ttl_ms);
+                .arg(ttl_ms)
+                .arg(if prune { "1" } else { "0" });
             (Purpose::Vote, script(cmd, &scripts::READ), Reply::YesNo)
         }
         Shape::Write {
@@ -839,15 +842,11 @@ fn write_back(lock: &LockId, counter_key: &[u8], fencing_token: u64) -> Call {
     script(cmd, &scripts::FENCE_WRITE_BACK)
 }
 
-/// The release script's call (of a lock on several resources: the script
-/// that releases them all, which takes no waiter's place: such a lock never
-/// waits in a queue).
+/// The release's call: the release script (of a lock on several
+/// resources: the script that releases them all, with no waiter's place:
+/// such a lock never waits in a queue itself; its steps do, as plain
+/// locks), or for a reader a plain `ZREM` of its entry.
 fn release(lock: &LockId, place: &Place) -> Call {
-    let single = |release: &'static Script, key: &[u8]| {
-        let mut cmd = evalsha(release, 1, 1);
-        cmd.arg(key).arg(&*lock.token);
-        script(cmd, release)
-    };
     match &lock.shape {
         Shape::One => {
             let mut cmd = evalsha(&scripts::RELEASE, 1, 4);
@@ -863,8 +862,17 @@ fn release(lock: &LockId, place: &Place) -> Call {
             cmd.arg(&*lock.token);
             script(cmd, &scripts::RELEASE_ALL)
         }
-        Shape::Read(keys) => single(&scripts::READ_RELEASE, &keys.read),
-        Shape::Write { keys, .. } => single(&scripts::RELEASE, &keys.write),
+        // A reader's entry is its own: a plain `ZREM` (1: it was there).
+        Shape::Read(keys) => {
+            let mut cmd = Cmd::with_capacity(3, 128);
+            cmd.arg("ZREM").arg(&*keys.read).arg(&*lock.token);
+            Call::Command { cmd, script: None }
+        }
+        Shape::Write { keys, .. } => {
+            let mut cmd = evalsha(&scripts::RELEASE, 1, 1);
+            cmd.arg(&*keys.write).arg(&*lock.token);
+            script(cmd, &scripts::RELEASE)
+        }
     }
 }
 

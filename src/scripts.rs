@@ -413,22 +413,32 @@ end
 }
 
 /// Takes a read hold of a read-write lock. `KEYS`: the readers' set, the
-/// writer's key, the writers' intent key; `ARGV`: token, TTL in ms. Granted
-/// (1) only when no writer holds the lock and no writer's intent is there:
-/// the reader's entry ends at the node's clock plus the TTL, and the set
-/// lives at least that long (never shorter for the other readers).
-/// Otherwise 0, and nothing changes.
+/// writer's key, the writers' intent key; `ARGV`: token, TTL in ms, and
+/// `1` to drop the ended entries first (the client asks for it now and
+/// then, so that entries of readers that died do not pile up while only
+/// readers come: writers drop them anyway). Granted (1) only when no writer
+/// holds the lock and no writer's intent is there: the reader's entry ends
+/// at the node's clock plus the TTL, and the set lives at least that long
+/// (never shorter for the other readers). Otherwise 0, and nothing changes.
+///
+/// Inline, with as few calls as it can: each `redis.call` and each Lua
+/// function defined costs a server about as much as a plain command (see
+/// docs/benchmarks.md, the read-write lock's cost).
 pub(crate) static READ: LazyLock<Script> = LazyLock::new(|| Script::new(READ_CODE));
-const READ_CODE: &str = concat!(
-    rw_lua!(),
-    r#"if redis.call("exists", KEYS[2]) == 1 or redis.call("exists", KEYS[3]) == 1 then
+const READ_CODE: &str = r#"if redis.call("exists", KEYS[2], KEYS[3]) > 0 then
     return 0
 end
-local now = clock_ms()
-prune(KEYS[1], now)
-hold(KEYS[1], ARGV[1], now, tonumber(ARGV[2]))
-return 1"#
-);
+local time = redis.call("time")
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+if ARGV[3] == "1" then
+    redis.call("zremrangebyscore", KEYS[1], "-inf", now)
+end
+redis.call("zadd", KEYS[1], now + ttl, ARGV[1])
+if redis.call("pttl", KEYS[1]) < ttl then
+    redis.call("pexpire", KEYS[1], ttl)
+end
+return 1"#;
 
 /// Renews a read hold: `KEYS[1]` the readers' set, `ARGV`: token, TTL in
 /// ms. Only while our entry is there and its hold has not ended: it now
@@ -446,19 +456,6 @@ hold(KEYS[1], ARGV[1], now, tonumber(ARGV[2]))
 return 1"#
 );
 
-/// Gives up a read hold: removes our entry `ARGV[1]` from the readers' set
-/// `KEYS[1]`. 1 when it was there and its hold had not ended, 0 otherwise.
-pub(crate) static READ_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(READ_RELEASE_CODE));
-const READ_RELEASE_CODE: &str = concat!(
-    rw_lua!(),
-    r#"local ends = tonumber(redis.call("zscore", KEYS[1], ARGV[1]) or "0")
-redis.call("zrem", KEYS[1], ARGV[1])
-if ends > clock_ms() then
-    return 1
-end
-return 0"#
-);
-
 /// Takes the write hold of a read-write lock. `KEYS`: the writer's key, the
 /// readers' set, the writers' intent key and, with fencing on, the fencing
 /// counter; `ARGV`: token, TTL in ms, the writer's intent id (empty: none),
@@ -468,28 +465,40 @@ return 0"#
 /// [`WAIT`] gives it; 0 without fencing). Otherwise `{0, 0}`, and with an
 /// intent id the intent is set (or renewed) unless another writer's is
 /// there, so that no new reader is granted on this node meanwhile.
+///
+/// When none of the three keys exists (the common case), it grants at once
+/// with two calls; otherwise it drops the ended readers' entries first (by
+/// the node's clock) and looks closer. Inline, as [`READ`].
 pub(crate) static WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(WRITE_CODE));
 const WRITE_CODE: &str = concat!(
-    rw_lua!(),
-    counter_lua!(),
-    r#"prune(KEYS[2], clock_ms())
-local intent = redis.call("get", KEYS[3])
-local ours = ARGV[3] ~= "" and intent == ARGV[3]
-if (not intent or ours) and redis.call("exists", KEYS[1]) == 0
-    and redis.call("zcard", KEYS[2]) == 0 then
-    redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2])
-    if ours then
-        redis.call("del", KEYS[3])
+    r#"local granted = redis.call("exists", KEYS[1], KEYS[2], KEYS[3]) == 0
+local ours = false
+if not granted then
+    local time = redis.call("time")
+    local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    redis.call("zremrangebyscore", KEYS[2], "-inf", now)
+    local intent = redis.call("get", KEYS[3])
+    ours = ARGV[3] ~= "" and intent == ARGV[3]
+    if not intent or ours then
+        granted = redis.call("exists", KEYS[1], KEYS[2]) == 0
+        if not granted and ARGV[3] ~= "" then
+            redis.call("set", KEYS[3], ARGV[3], "PX", ARGV[4])
+        end
     end
-    if KEYS[4] then
-        return {1, next_counter(KEYS[4])}
-    end
+end
+if not granted then
+    return {0, 0}
+end
+redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2])
+if ours then
+    redis.call("del", KEYS[3])
+end
+if not KEYS[4] then
     return {1, 0}
 end
-if ARGV[3] ~= "" and (not intent or ours) then
-    redis.call("set", KEYS[3], ARGV[3], "PX", ARGV[4])
-end
-return {0, 0}"#
+"#,
+    counter_lua!(),
+    r#"return {1, next_counter(KEYS[4])}"#
 );
 
 /// Counts the readers in the readers' set `KEYS[1]` whose hold has not
@@ -597,7 +606,7 @@ pub(crate) fn for_client(fencing: bool) -> &'static [&'static str] {
 }
 
 /// Every script a client may run by `EVALSHA`, the fencing scripts last.
-const CLIENT_SCRIPTS: [&str; 14] = [
+const CLIENT_SCRIPTS: [&str; 13] = [
     WAIT_CODE,
     RELEASE_CODE,
     HEARTBEAT_CODE,
@@ -608,7 +617,6 @@ const CLIENT_SCRIPTS: [&str; 14] = [
     RELEASE_ALL_CODE,
     READ_CODE,
     READ_EXTEND_CODE,
-    READ_RELEASE_CODE,
     WRITE_CODE,
     FENCE_SEED_CODE,
     FENCE_WRITE_BACK_CODE,
