@@ -46,6 +46,24 @@
 //! what the mutex assumes. Nodes that disagree (a reader's entry on one, a
 //! writer's key on another) only withhold grants.
 //!
+//! A waiting writer's first round (unfenced) runs no script: it sets the
+//! writer's key (`SET NX PX`) and then, pipelined, asks whether the
+//! readers' set or an intent exists (`EXISTS`); it is granted on a node
+//! only where it set the key and neither exists, and where it set the key
+//! but found one, the node deletes the key again (token-checked) before it
+//! answers. Why that is as safe as the script: a reader's round is one
+//! script that adds its entry only where the writer's key is absent. If it
+//! ran at a node before the writer's `SET`, the writer's `EXISTS` (after
+//! its `SET`) finds its entry (until the reader released it or it ended,
+//! after the reader's validity) and the writer is refused there; if after,
+//! the reader finds the writer's key and is refused there. Two writers
+//! exclude each other by `SET NX`. A writer's key set by a refused first
+//! round lives only until that delete, or, if the node failed to answer,
+//! until the round's cleanup or its TTL; meanwhile it only withholds
+//! readers there. Ended entries of readers that died are not pruned by the
+//! first round (it counts the set as it is): it is refused, and the next
+//! round, the script, prunes them.
+//!
 //! The intent only withholds: a waiting writer's refused round leaves it
 //! (unless another writer's is there), and while it exists no reader is
 //! granted on that node. It lives for the waiter lifetime or three retry
@@ -404,6 +422,18 @@ impl Acquisition<'_> {
             Some(waiting) => waiting.turn(claiming),
             None => (None, None),
         };
+        // A waiting writer's first round, unfenced, goes without a script
+        // (see "Read-write locks" above); its later rounds prune the ended
+        // readers and leave the intent.
+        let first_write = self.attempt == 1
+            && counter_key.is_none()
+            && matches!(
+                &self.shape,
+                Shape::Write {
+                    intent: Some(_),
+                    ..
+                }
+            );
         let request = match (queued, &self.gathers) {
             (_, Some(held)) => Request::Gather {
                 lock,
@@ -411,6 +441,7 @@ impl Acquisition<'_> {
                 counter_key,
                 held: held.clone(),
             },
+            (None, None) if first_write => Request::FirstWrite { lock, ttl_ms },
             (None, None) => Request::Acquire {
                 lock,
                 ttl_ms,

@@ -25,7 +25,7 @@ use crate::batch::{Batches, Commands, Expiry, Judged, Landed};
 use crate::clock::Reading;
 use crate::connection::{self, Connection, Link};
 use crate::queue::{self, Place};
-use crate::request::{LockId, Request, Shape};
+use crate::request::{LockId, Request, RwKeys, Shape};
 use crate::scripts;
 use crate::standing::{Errand, RecordKeys, Standings};
 use crate::target::Target;
@@ -169,12 +169,16 @@ enum Call {
     },
     /// `SET key token NX GET PX ttl` (`SET NX PX` before Redis 7.0), and
     /// with `counter_key` an `INCR` of the fencing counter right after it,
-    /// in the same request (see [`fenced`]). Built when sent, so that the
-    /// fallback costs nothing until a node needs it.
+    /// in the same request (see [`fenced`]); or, for a writer's first
+    /// round (`check`), on the writer's key, with an `EXISTS` of the
+    /// readers' set and the intent right after it (see [`first_write`]).
+    /// Built when sent, so that the fallback costs nothing until a node
+    /// needs it.
     Acquire {
         lock: LockId,
         ttl_ms: u64,
         counter_key: Option<Arc<[u8]>>,
+        check: Option<Arc<RwKeys>>,
     },
 }
 
@@ -185,6 +189,10 @@ enum Reply {
     SetNx,
     /// `SET NX GET` (or `SET NX`) and the counter's `INCR`, pipelined.
     Fenced,
+    /// A writer's first round: `SET NX GET` (or `SET NX`) on the writer's
+    /// key and the `EXISTS` of the readers' set and the intent, pipelined:
+    /// granted when it set the key and neither exists.
+    FirstWrite,
     /// The queue script: `{1, counter}` (granted; `counter` only with
     /// fencing on) or `{0, ticket}` (queued).
     Queued { fenced: bool },
@@ -220,6 +228,14 @@ impl Reply {
                 }
                 ([Value::BulkString(_), Value::Int(_)], false)
                 | ([Value::Nil, Value::Int(_)], true) => Answer::Refused(None),
+                _ => return Err(Value::Array(items)),
+            },
+            (Reply::FirstWrite, Value::Array(items)) => match (items.as_slice(), legacy) {
+                ([Value::Nil, Value::Int(0)], false) | ([Value::Okay, Value::Int(0)], true) => {
+                    Answer::Granted(None)
+                }
+                ([Value::Nil | Value::BulkString(_), Value::Int(_)], false)
+                | ([Value::Nil | Value::Okay, Value::Int(_)], true) => Answer::Refused(None),
                 _ => return Err(Value::Array(items)),
             },
             (Reply::Queued { fenced }, Value::Array(items)) => match items.as_slice() {
@@ -325,7 +341,10 @@ impl Node {
         // in the same request (see `clock.rs`).
         let timed = matches!(
             request,
-            Request::Acquire { .. } | Request::Wait { .. } | Request::Gather { .. }
+            Request::Acquire { .. }
+                | Request::Wait { .. }
+                | Request::FirstWrite { .. }
+                | Request::Gather { .. }
         ) && self.shared.standing.standings.clock_on();
         Box::pin(self.call(purpose, call, reply, timed))
     }
@@ -634,7 +653,7 @@ impl Shared {
         call: &Call,
         timed: bool,
     ) -> Result<Exchanged, RedisError> {
-        let (lock, ttl_ms, counter_key) = match call {
+        let (lock, ttl_ms, counter_key, check) = match call {
             Call::Command { cmd, script } if timed => {
                 return Box::pin(run_timed(connection, cmd, *script, &self.batches)).await;
             }
@@ -647,19 +666,26 @@ impl Shared {
                 lock,
                 ttl_ms,
                 counter_key,
-            } => (lock, *ttl_ms, counter_key.as_deref()),
+                check,
+            } => (lock, *ttl_ms, counter_key.as_deref(), check.as_deref()),
         };
         let acquired = AcquireCall {
             lock,
+            key: check.map_or(&lock.key, |keys| &keys.write),
             ttl_ms,
             counter_key,
+            check,
             timed: timed.then_some(&self.batches),
         };
-        match counter_key {
-            None => self.acquire(connection, &acquired).await,
+        match (counter_key, check) {
+            (None, None) => self.acquire(connection, &acquired).await,
+            (_, Some(keys)) => {
+                let exchanged = Box::pin(self.acquire(connection, &acquired)).await?;
+                Box::pin(first_write(connection, lock, keys, exchanged)).await
+            }
             // Boxed: the pipeline and the seeding would make every node
             // call's future (one type for all requests) a third larger.
-            Some(counter_key) => {
+            (Some(counter_key), None) => {
                 let mut exchanged = Box::pin(self.acquire(connection, &acquired)).await?;
                 let legacy = exchanged.legacy;
                 let seeding = seeded(connection, lock, counter_key, exchanged.reply, legacy);
@@ -720,6 +746,7 @@ fn plan(request: &Request) -> (Purpose, Call, Reply) {
             counter_key,
             held,
         } => gather(lock, *ttl_ms, counter_key.as_deref(), held),
+        Request::FirstWrite { lock, ttl_ms } => first_write_plan(lock, *ttl_ms),
         Request::Extend { lock, ttl_ms } => (Purpose::Vote, extension(lock, *ttl_ms), Reply::YesNo),
         Request::WriteBack {
             lock,
@@ -755,6 +782,22 @@ fn read(read_script: &'static Script, key: &[u8], reply: Reply) -> (Purpose, Cal
     let mut cmd = evalsha(read_script, 1, 0);
     cmd.arg(key);
     (Purpose::Read, script(cmd, read_script), reply)
+}
+
+/// What a [`Request::FirstWrite`] sends (a [`Call::Acquire`] on the
+/// writer's key, checked), and how its reply reads.
+fn first_write_plan(lock: &LockId, ttl_ms: u64) -> (Purpose, Call, Reply) {
+    let check = match &lock.shape {
+        Shape::Write { keys, .. } => Some(keys.clone()),
+        _ => None,
+    };
+    let call = Call::Acquire {
+        lock: lock.clone(),
+        ttl_ms,
+        counter_key: None,
+        check,
+    };
+    (Purpose::Vote, call, Reply::FirstWrite)
 }
 
 /// What a [`Request::Acquire`] sends, by the lock's shape, and how its
@@ -931,6 +974,7 @@ fn acquisition(lock: &LockId, ttl_ms: u64, counter_key: &Option<Arc<[u8]>>) -> C
         lock: lock.clone(),
         ttl_ms,
         counter_key: counter_key.clone(),
+        check: None,
     }
 }
 
@@ -991,7 +1035,7 @@ async fn acquire(
             let commands = Commands(set, counter);
             // `SET NX GET` answers nil when it set the key.
             let expiry = with_get.then(|| Expiry {
-                key: call.lock.key.clone(),
+                key: call.key.clone(),
                 ttl_ms: call.ttl_ms,
             });
             Ok(Exchanged::landed(
@@ -999,7 +1043,7 @@ async fn acquire(
             ))
         }
         (timed, _) => {
-            let reading = timed.map(|_| clock_reading(call.lock, with_get));
+            let reading = timed.map(|_| clock_reading(call.key, with_get));
             let request = acquire_request(set, counter, reading);
             let sent = std::time::Instant::now();
             let reply = request.query(connection).await?;
@@ -1012,16 +1056,19 @@ async fn acquire(
 }
 
 /// What [`acquire`] asks: the `SET`, and the counter's `INCR` where fencing
-/// is on.
+/// is on, or a writer's first round's `EXISTS` of the readers' set and the
+/// intent.
 fn acquire_commands(call: &AcquireCall<'_>, with_get: bool) -> (Cmd, Option<Cmd>) {
     let AcquireCall {
         lock,
+        key,
         ttl_ms,
         counter_key,
+        check,
         ..
     } = *call;
-    let mut set = Cmd::with_capacity(7, 16 + lock.key.len() + lock.token.len());
-    set.arg("SET").arg(&*lock.key).arg(&*lock.token).arg("NX");
+    let mut set = Cmd::with_capacity(7, 16 + key.len() + lock.token.len());
+    set.arg("SET").arg(&**key).arg(&*lock.token).arg("NX");
     if with_get {
         set.arg("GET");
     }
@@ -1031,7 +1078,12 @@ fn acquire_commands(call: &AcquireCall<'_>, with_get: bool) -> (Cmd, Option<Cmd>
         incr.arg("INCR").arg(counter_key);
         incr
     });
-    (set, counter)
+    let exists = check.map(|keys| {
+        let mut exists = Cmd::with_capacity(3, 8 + keys.read.len() + keys.intent.len());
+        exists.arg("EXISTS").arg(&*keys.read).arg(&*keys.intent);
+        exists
+    });
+    (set, counter.or(exists))
 }
 
 /// What [`acquire`] sends where it does not batch: `set`, with `counter`
@@ -1057,10 +1109,10 @@ fn acquire_request(set: Cmd, counter: Option<Cmd>, reading: Option<Cmd>) -> Sent
 /// of `lock`: with `SET NX GET` (Redis 7.0 and later), the key's absolute
 /// expiry (`PEXPIRETIME`, one integer), which tells the node's clock at the
 /// grant plus the TTL; before 7.0, `TIME`.
-fn clock_reading(lock: &LockId, with_get: bool) -> Cmd {
+fn clock_reading(key: &[u8], with_get: bool) -> Cmd {
     if with_get {
         let mut cmd = redis::cmd("PEXPIRETIME");
-        cmd.arg(&*lock.key);
+        cmd.arg(key);
         cmd
     } else {
         redis::cmd("TIME")
@@ -1090,10 +1142,11 @@ fn timed_reply(
     }
     // `SET NX GET` answers nil when it set the key.
     let set_it = matches!(items.first(), Some(Value::Nil));
-    let reply = match (call.counter_key, items.pop()) {
-        (None, Some(reply)) if items.is_empty() => reply,
-        (Some(_), Some(counter)) => {
-            items.push(counter);
+    let second = call.counter_key.is_some() || call.check.is_some();
+    let reply = match (second, items.pop()) {
+        (false, Some(reply)) if items.is_empty() => reply,
+        (true, Some(second)) => {
+            items.push(second);
             Value::Array(items)
         }
         _ => return Err(unexpected()),
@@ -1110,8 +1163,12 @@ fn timed_reply(
 #[derive(Clone, Copy)]
 struct AcquireCall<'a> {
     lock: &'a LockId,
+    /// The key `SET` sets: the lock's, or a writer's.
+    key: &'a Arc<[u8]>,
     ttl_ms: u64,
     counter_key: Option<&'a [u8]>,
+    /// A writer's first round: the keys whose existence refuses it.
+    check: Option<&'a RwKeys>,
     /// With the node's clock read after it (see `clock.rs`): batched with
     /// the node's other timed votes while it is busy, except on a cluster;
     /// else in its own request.
@@ -1247,6 +1304,35 @@ impl Sent {
             Sent::Pipelined(pipeline) => pipeline.query_async(connection).await,
         }
     }
+}
+
+/// A writer's first round (see `Redlock::write`), once its `SET` and
+/// `EXISTS` came back: where the `SET` set the writer's key but the readers'
+/// set or an intent exists, the round is refused there, and what it set is
+/// given back at once (the plain release script, token-checked) before the
+/// answer, so that a refusal leaves nothing behind; an error in doing so is
+/// the call's error (the round's cleanup then releases it again).
+async fn first_write(
+    connection: &mut Connection,
+    lock: &LockId,
+    keys: &RwKeys,
+    exchanged: Exchanged,
+) -> Result<Exchanged, RedisError> {
+    let set_it = match &exchanged.reply {
+        Value::Array(items) => match (items.as_slice(), exchanged.legacy) {
+            ([Value::Nil, Value::Int(found)], false) | ([Value::Okay, Value::Int(found)], true) => {
+                *found > 0
+            }
+            _ => false,
+        },
+        _ => false,
+    };
+    if set_it {
+        let mut cmd = evalsha(&scripts::RELEASE, 1, 1);
+        cmd.arg(&*keys.write).arg(&*lock.token);
+        run(connection, &cmd, Some(&scripts::RELEASE)).await?;
+    }
+    Ok(exchanged)
 }
 
 /// A fenced acquisition's reply, `[set, counter]`. A grant whose counter was

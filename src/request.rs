@@ -210,6 +210,17 @@ pub(crate) enum Request {
         /// The fencing counter's key, with fencing on.
         counter_key: Option<Arc<[u8]>>,
     },
+    /// A writer's first round, unfenced: `SET NX PX` on the writer's key
+    /// and `EXISTS` of the readers' set and the intent, pipelined, with no
+    /// script; granted where it set the key and neither exists (elsewhere
+    /// the node gives back what it set before it answers). See
+    /// `acquire.rs`, "Read-write locks".
+    FirstWrite {
+        /// The writer's lock ([`Shape::Write`]).
+        lock: LockId,
+        /// Its TTL in milliseconds.
+        ttl_ms: u64,
+    },
     /// The queue's acquire script: set the key only when it is free for this
     /// waiter, and queue the waiter otherwise (see `queue.rs`).
     Wait {
@@ -295,6 +306,7 @@ impl Request {
             self,
             Request::Acquire { .. }
                 | Request::Wait { .. }
+                | Request::FirstWrite { .. }
                 | Request::Gather { .. }
                 | Request::Extend { .. }
                 | Request::WriteBack { .. }

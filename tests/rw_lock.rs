@@ -468,6 +468,42 @@ async fn a_writers_intent_blocks_readers_until_it_ends() -> Outcome {
     Ok(())
 }
 
+/// A waiting writer's first round sets the writer's key and only then
+/// looks for readers and intents (no script): where it finds a reader it is
+/// refused and gives back what it set before it answers, so a writer that
+/// gives up behind a reader leaves no writer's key on any node (here one
+/// node has no reader, where its rounds are granted and released), and the
+/// reader still holds and extends.
+async fn a_writers_first_round_gives_back_what_a_reader_refused() -> Outcome {
+    let nodes = support::servers(3);
+    let redlock = support::builder(&nodes)
+        .retry_delay(Duration::from_millis(20))
+        .acquire_timeout(Duration::from_millis(400))
+        .build()?;
+    let key = redlock.key("t:f")?;
+    let [writer_key, readers] =
+        [":quorlock-write", ":quorlock-read"].map(|suffix| [&key, suffix.as_bytes()].concat());
+    let mut reader = redlock.read("t:f", TTL).await?;
+    redis::cmd("DEL")
+        .arg(&readers)
+        .query::<()>(&mut nodes[2].connection())?;
+    let write = redlock.write("t:f", TTL).await;
+    check(
+        matches!(write, Err(Error::Contended { .. })),
+        format!("write under a reader: {write:?}"),
+    )?;
+    redlock.flush().await;
+    let left: Vec<_> = nodes.iter().map(|node| node.get(&writer_key)).collect();
+    check(
+        left.iter().all(Option::is_none),
+        format!("no writer's key left: {left:?}"),
+    )?;
+    reader.extend(TTL).await?;
+    reader.unlock().await?;
+    redlock.write("t:f", TTL).await?.unlock().await?;
+    Ok(())
+}
+
 /// With fencing on, each writer's token is above the last; a reader has none.
 async fn writers_get_rising_fencing_tokens() -> Outcome {
     let nodes = support::servers(3);
@@ -546,7 +582,7 @@ async fn names_of_the_locks_own_keys_are_refused() -> Outcome {
     Ok(())
 }
 
-const TESTS: [&str; 9] = [
+const TESTS: [&str; 10] = [
     "reader_holds_end_on_their_own",
     "the_status_shows_readers_writers_and_intent",
     "writers_and_readers_exclude_each_other",
@@ -556,6 +592,7 @@ const TESTS: [&str; 9] = [
     "eight_readers_in_four_processes_hold_together",
     "a_writer_is_not_starved_by_readers",
     "readers_and_writers_never_overlap_under_faults",
+    "a_writers_first_round_gives_back_what_a_reader_refused",
 ];
 
 type Test = std::pin::Pin<Box<dyn std::future::Future<Output = Outcome>>>;
@@ -583,6 +620,9 @@ fn run(name: &str, exe: &std::path::Path, runtime: &tokio::runtime::Runtime) -> 
         "writers_get_rising_fencing_tokens" => {
             bounded(Box::pin(writers_get_rising_fencing_tokens()))
         }
+        "a_writers_first_round_gives_back_what_a_reader_refused" => bounded(Box::pin(
+            a_writers_first_round_gives_back_what_a_reader_refused(),
+        )),
         "names_of_the_locks_own_keys_are_refused" => {
             bounded(Box::pin(names_of_the_locks_own_keys_are_refused()))
         }
