@@ -379,30 +379,38 @@ async fn reader_holds_end_on_their_own() -> Outcome {
             .map(|(_, end)| end)
             .collect()
     };
-    let before = ends(&nodes[0]);
-    check(before.len() == 2, format!("two readers: {before:?}"))?;
+    // A node that holds both entries (under load, a round may skip one).
+    let node = nodes
+        .iter()
+        .find(|node| ends(node).len() == 2)
+        .ok_or("no node holds both readers")?;
+    let before = ends(node);
     short.extend(Duration::from_secs(1)).await?;
-    let after = ends(&nodes[0]);
+    let after = ends(node);
     check(
         after.iter().max() == before.iter().max(),
         format!("the long reader's end unchanged: {before:?} -> {after:?}"),
     )?;
-    for node in &nodes {
-        let pttl = node.pttl(&readers);
-        check(
-            pttl > 50_000,
-            format!("the set lives as long as the long reader: {pttl}"),
-        )?;
-    }
+    let pttl = node.pttl(&readers);
+    check(
+        pttl > 50_000,
+        format!("the set lives as long as the long reader: {pttl}"),
+    )?;
     short.unlock().await?;
-    check(ends(&nodes[0]).len() == 1, "the short reader left alone")?;
+    check(
+        support::eventually(Duration::from_secs(5), || ends(node).len() == 1).await,
+        "the short reader left alone",
+    )?;
     check(
         long.remaining() > Duration::from_secs(50),
         "the long reader still holds",
     )?;
     long.unlock().await?;
     check(
-        nodes.iter().all(|node| ends(node).is_empty()),
+        support::eventually(Duration::from_secs(5), || {
+            nodes.iter().all(|node| ends(node).is_empty())
+        })
+        .await,
         "no reader left",
     )
 }
