@@ -15,7 +15,7 @@ redis_setup
 mkdir -p "$out"
 urls=()
 for _ in 1 2 3 4 5; do
-    urls+=("$(taskset -c 1 bash -c 'source scripts/redis.sh; REDIS_TMP="$1"; redis_start' _ "$REDIS_TMP")")
+    urls+=("$(redis_start_on 1)")
 done
 echo "== nodes ${urls[*]}"
 for run in $(seq "$runs"); do

@@ -22,9 +22,7 @@ command -v valgrind > /dev/null || {
 ensure_redis_server
 redis_setup
 urls=()
-for _ in 1 2 3 4 5; do
-    urls+=("$(taskset -c 1 bash -c 'source scripts/redis.sh; REDIS_TMP="$1"; redis_start' _ "$REDIS_TMP")")
-done
+for _ in 1 2 3 4 5; do urls+=("$(redis_start_on 1)"); done
 out=$(mktemp)
 
 # Prints "<cycles> <instructions>" of one run of BIN with N nodes for SECS,

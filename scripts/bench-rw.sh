@@ -19,9 +19,7 @@ shift 2
 ensure_redis_server
 redis_setup
 urls=()
-for _ in 1 2 3 4 5; do
-    urls+=("$(taskset -c 1 bash -c 'source scripts/redis.sh; REDIS_TMP="$1"; redis_start' _ "$REDIS_TMP")")
-done
+for _ in 1 2 3 4 5; do urls+=("$(redis_start_on 1)"); done
 out=$(mktemp)
 
 # The CPU time, in µs, the first N servers have used so far (user + system).

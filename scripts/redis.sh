@@ -26,6 +26,16 @@ redis_setup() {
     trap 'exit 143' TERM
 }
 
+# Starts one server as `redis_start` does, pinned to CPU $1 (for figures
+# that keep the client and the servers on cores of their own); prints its
+# URL. Run from the project's root.
+redis_start_on() {
+    local cpu=$1
+    shift
+    taskset -c "$cpu" bash -c 'source scripts/redis.sh; REDIS_TMP="$1"; shift; redis_start "$@"' \
+        _ "$REDIS_TMP" "$@"
+}
+
 # Starts one server on a free loopback port, with extra arguments "$@"
 # (`--replicaof 127.0.0.1 PORT`), or with --sentinel CONF_LINES... a Sentinel
 # whose configuration holds those lines; prints its URL.
