@@ -347,3 +347,63 @@ async fn a_note_read_long_ago_does_not_hold_the_node_back_again() {
     );
     guard.unlock().await.unwrap();
 }
+
+/// A leader (see `Redlock::campaign`) on a bare quorum that includes node 0,
+/// whose clock then steps forward 30 s, past the leader's TTL (6 s, within
+/// the 10 s grace): the leader is told at once that it lost (`ClockStepped`),
+/// and a standby that campaigns meanwhile leads only after the leader's
+/// validity ended (its winning round started after it), with a higher term.
+/// Without the clock watch the standby could lead at once, on node 0 (whose
+/// step expired the leader's key) and the free plain node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_forward_under_a_leader_gives_no_second_leader() {
+    const ELECTION: &str = "clock:election";
+    let nodes = Nodes::start(3);
+    let ttl = Duration::from_secs(6);
+    let builder = |nodes: &Nodes| builder(nodes).restart_grace(Duration::from_secs(10));
+    let a_client = builder(&nodes).build().unwrap();
+    let standby = builder(&nodes).build().unwrap();
+    lock_once(&standby, "clock:warm-up", Duration::from_secs(1)).await;
+    let key = a_client.key(ELECTION).unwrap();
+    nodes.others[1].set_px(&key, "someone-else", 1_500);
+    let a = a_client.campaign(ELECTION, "a", ttl).await.unwrap();
+    assert!(
+        nodes.clock.server.get(&key).is_some(),
+        "A leads on the clock node"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || nodes.others[1].pttl(&key) == -2).await,
+        "the foreign value expires"
+    );
+    let (a_valid_until, a_term) = (a.valid_until(), a.term());
+    let lost = a.lost();
+    nodes.clock.set_offset(30_000);
+    let b = tokio::spawn(async move { standby.campaign(ELECTION, "b", ttl).await });
+    let lost = tokio::time::timeout(Duration::from_secs(5), lost)
+        .await
+        .expect("A is told at once, not at its expiry");
+    assert!(
+        matches!(
+            lost.lost_reason(),
+            Some(quorlock::LostReason::ClockStepped { .. })
+        ),
+        "{lost}"
+    );
+    let b = tokio::time::timeout(Duration::from_secs(30), b)
+        .await
+        .expect("the standby leads in the end")
+        .unwrap()
+        .unwrap();
+    assert!(
+        b.acquired_at() >= a_valid_until,
+        "B led {:?} before A's validity ended",
+        a_valid_until.saturating_duration_since(b.acquired_at())
+    );
+    assert!(
+        b.term() > a_term,
+        "terms rise: {} then {}",
+        a_term,
+        b.term()
+    );
+    drop(a);
+}
