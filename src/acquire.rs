@@ -27,7 +27,12 @@
 //! the writer's key nor an intent exists there; a writer's round
 //! (`scripts::WRITE`) only when the writer's key is absent and no reader's
 //! hold is left (ended entries are dropped first, by the node's clock).
-//! Either wins as the mutex does: a quorum of grants, validity left.
+//! Either wins as the mutex does: a quorum of grants, validity left. A
+//! reader's first round runs no script where the node allows it: it adds
+//! its entry, with an end it aims by the node's clock, then looks for the
+//! writer's key and the intent, and checks its aim against the node's
+//! clock read after (`read_round.rs`, with its safety argument); a reader
+//! refused there retries by the script, which leaves nothing behind.
 //!
 //! Why a writer and another holder are never both valid: each needed a
 //! quorum, and two quorums share a node `n`. Whichever reached `n` second
@@ -51,12 +56,14 @@
 //! readers' set or an intent exists (`EXISTS`); it is granted on a node
 //! only where it set the key and neither exists, and where it set the key
 //! but found one, the node deletes the key again (token-checked) before it
-//! answers. Why that is as safe as the script: a reader's round is one
-//! script that adds its entry only where the writer's key is absent. If it
-//! ran at a node before the writer's `SET`, the writer's `EXISTS` (after
-//! its `SET`) finds its entry (until the reader released it or it ended,
-//! after the reader's validity) and the writer is refused there; if after,
-//! the reader finds the writer's key and is refused there. Two writers
+//! answers. Why that is as safe as the script: a reader's round adds its
+//! entry no later than it looks for the writer's key (the read script does
+//! both in one step; a reader's first round adds it, then looks: see
+//! `read_round.rs`). If the reader looked at a node before the writer's
+//! `SET`, its entry was there before the writer's `EXISTS` (after its
+//! `SET`), which finds it (until the reader released it or it ended, after
+//! the reader's validity) and the writer is refused there; if after, the
+//! reader finds the writer's key and is refused there. Two writers
 //! exclude each other by `SET NX`. A writer's key set by a refused first
 //! round lives only until that delete, or, if the node failed to answer,
 //! until the round's cleanup or its TTL; meanwhile it only withholds
@@ -434,6 +441,9 @@ impl Acquisition<'_> {
                     ..
                 }
             );
+        // A reader's first round likewise (see `read_round.rs`); a reader
+        // refused by a writer retries by the script, which leaves nothing.
+        let first_read = self.attempt == 1 && matches!(&self.shape, Shape::Read(_));
         let request = match (queued, &self.gathers) {
             (_, Some(held)) => Request::Gather {
                 lock,
@@ -442,6 +452,7 @@ impl Acquisition<'_> {
                 held: held.clone(),
             },
             (None, None) if first_write => Request::FirstWrite { lock, ttl_ms },
+            (None, None) if first_read => Request::FirstRead { lock, ttl_ms },
             (None, None) => Request::Acquire {
                 lock,
                 ttl_ms,

@@ -96,13 +96,15 @@ impl std::fmt::Debug for Batches {
     }
 }
 
-/// A vote's commands: its one command, or an acquisition's `SET` with the
-/// fencing counter's `INCR` after it.
-pub(crate) struct Commands(pub(crate) Cmd, pub(crate) Option<Cmd>);
+/// A vote's commands: its first, and those pipelined after it (an
+/// acquisition's `SET` with the fencing counter's `INCR`, a reader's `ZADD`
+/// with the commands that check it; none for most votes, and then nothing
+/// allocated).
+pub(crate) struct Commands(pub(crate) Cmd, pub(crate) Vec<Cmd>);
 
 impl Commands {
     fn len(&self) -> usize {
-        1 + usize::from(self.1.is_some())
+        1 + self.1.len()
     }
 }
 
@@ -134,6 +136,8 @@ pub(crate) struct Landed {
     /// The verdict of the clock reading after it (`None`: the node did not
     /// answer `TIME` with a time).
     pub(crate) clock: Option<Judged>,
+    /// That reading itself (`None` likewise).
+    pub(crate) reading: Option<Reading>,
 }
 
 impl Batches {
@@ -264,7 +268,7 @@ async fn fly<C: Carrier>(batches: Arc<Batches>, carrier: C, mut votes: Vec<Vote>
         waiting.push((vote.commands.len(), vote.reply));
         let Commands(first, then) = vote.commands;
         pipeline.add_command(first);
-        if let Some(then) = then {
+        for then in then {
             pipeline.add_command(then);
         }
     }
@@ -320,14 +324,15 @@ fn land(
         }
         Err(err) => return fail(waiting, &err),
     };
-    let reading = replies.pop();
-    let clock = (read.reading(reading, &replies)).map(|reading| judge(&reading));
+    let reading = read.reading(replies.pop(), &replies);
+    let clock = reading.as_ref().map(judge);
     let mut replies = replies.into_iter();
     for (count, reply) in waiting {
         let own = own(&mut replies, count);
         let landed = own.map(|reply| Landed {
             reply,
             clock: clock.clone(),
+            reading,
         });
         // A vote whose caller went away needs no reply.
         let _ = reply.send(landed);
@@ -426,7 +431,7 @@ mod tests {
     fn get(arg: &str) -> Commands {
         let mut cmd = redis::cmd("GET");
         cmd.arg(arg);
-        Commands(cmd, None)
+        Commands(cmd, Vec::new())
     }
 
     /// Batches whose judge counts its calls and passes every reading.
@@ -468,7 +473,7 @@ mod tests {
 
     /// A vote of two commands, `GET first` and `GET then`.
     fn two(first: &str, then: &str) -> Commands {
-        Commands(get(first).0, Some(get(then).0))
+        Commands(get(first).0, vec![get(then).0])
     }
 
     fn set(key: &str) -> (Commands, Option<Expiry>) {
@@ -478,7 +483,7 @@ mod tests {
             key: key.as_bytes().into(),
             ttl_ms: 10_000,
         };
-        (Commands(cmd, None), Some(expiry))
+        (Commands(cmd, Vec::new()), Some(expiry))
     }
 
     #[tokio::test]

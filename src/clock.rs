@@ -274,6 +274,22 @@ impl Lead {
     fn width(&self) -> i64 {
         self.hi - self.lo
     }
+
+    /// The most the node's wall clock can read at `now` (µs since the Unix
+    /// epoch) by this lead, if it did not step forward since: `hi` plus the
+    /// client's monotonic time at `now` (on `epoch`), plus [`RATE_PPM`] of
+    /// the span since the lead was read. An estimate to aim at, never a
+    /// bound that safety rests on: a step forward since the reading puts
+    /// the node's clock beyond it (see `node.rs`, a reader's round without
+    /// a script, which checks what it aimed at against a reading taken after).
+    pub(crate) fn node_clock_at_most(&self, epoch: Epoch, now: Instant) -> i64 {
+        let span_us =
+            i64::try_from(now.saturating_duration_since(self.at).as_micros()).unwrap_or(i64::MAX);
+        let allowance = span_us / (1_000_000 / RATE_PPM);
+        self.hi
+            .saturating_add(epoch.micros(now))
+            .saturating_add(allowance)
+    }
 }
 
 /// What a reading shows against a node's history.
@@ -424,6 +440,26 @@ mod tests {
         });
         assert_eq!(lead.hi - lead.lo, 4_000);
         assert_eq!(lead.hi, 50_000 - 10_000);
+    }
+
+    #[test]
+    fn the_most_a_clock_reads_later_is_its_lead_plus_the_time_since_and_the_rate() {
+        let epoch = Epoch::now();
+        let sent = Instant::now() + Duration::from_millis(10);
+        let lead = epoch.lead(&Reading {
+            node_us: 1_700_000_000_000_000,
+            resolution_us: 0,
+            sent,
+            received: sent + Duration::from_millis(4),
+        });
+        // Read at `sent`: at most the node's time then.
+        assert_eq!(lead.node_clock_at_most(epoch, sent), 1_700_000_000_000_000);
+        // 10 s after the reply: 10 s later, the round trip and 500 ppm of 10 s.
+        let later = lead.at + Duration::from_secs(10);
+        assert_eq!(
+            lead.node_clock_at_most(epoch, later),
+            1_700_000_000_000_000 + 10_000_000 + 4_000 + 5_000
+        );
     }
 
     #[test]

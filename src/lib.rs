@@ -404,6 +404,7 @@ mod error;
 mod node;
 mod notify;
 mod queue;
+mod read_round;
 mod request;
 mod round;
 mod scripts;

@@ -25,6 +25,7 @@ use crate::batch::{Batches, Commands, Expiry, Judged, Landed};
 use crate::clock::Reading;
 use crate::connection::{self, Connection, Link};
 use crate::queue::{self, Place};
+use crate::read_round::{self, Outcome};
 use crate::request::{LockId, Request, RwKeys, Shape};
 use crate::scripts;
 use crate::standing::{Errand, RecordKeys, Standings};
@@ -151,6 +152,9 @@ struct Shared {
     connect_timeout: Duration,
     /// Set once the server refused `SET NX GET` (Redis < 7.0).
     legacy_set: Arc<AtomicBool>,
+    /// Set once the server refused a reader's round without a script (see
+    /// `read_round.rs`): its rounds run the script from then on.
+    reads_scripted: AtomicBool,
     /// Whether its votes count (in the standings of all the client's nodes).
     standing: Arc<Standing>,
     /// How many replicas must acknowledge a grant before it counts (0: off).
@@ -179,6 +183,18 @@ enum Call {
         ttl_ms: u64,
         counter_key: Option<Arc<[u8]>>,
         check: Option<Arc<RwKeys>>,
+    },
+    /// A reader's round: for the `first` of its call, four plain commands
+    /// where the node allows it (see `read_round.rs`); else the read
+    /// script, which also drops the ended entries first where `prune`.
+    /// Built when sent, as it aims its entry's end by the node's clock at
+    /// that moment.
+    Read {
+        lock: LockId,
+        keys: Arc<RwKeys>,
+        ttl_ms: u64,
+        first: bool,
+        prune: bool,
     },
 }
 
@@ -313,6 +329,7 @@ impl Node {
                 timeout,
                 connect_timeout,
                 legacy_set,
+                reads_scripted: AtomicBool::new(false),
                 standing,
                 replica_acks,
                 batches,
@@ -344,6 +361,7 @@ impl Node {
             Request::Acquire { .. }
                 | Request::Wait { .. }
                 | Request::FirstWrite { .. }
+                | Request::FirstRead { .. }
                 | Request::Gather { .. }
         ) && self.shared.standing.standings.clock_on();
         Box::pin(self.call(purpose, call, reply, timed))
@@ -662,6 +680,22 @@ impl Shared {
                     .await
                     .map(|reply| Exchanged::plain(reply, false));
             }
+            Call::Read {
+                lock,
+                keys,
+                ttl_ms,
+                first,
+                prune,
+            } => {
+                let read = ReadCall {
+                    token: &lock.token,
+                    keys,
+                    ttl_ms: *ttl_ms,
+                    scripted: !*first || *prune,
+                    prune: *prune,
+                };
+                return Box::pin(self.read_hold(connection, read, timed)).await;
+            }
             Call::Acquire {
                 lock,
                 ttl_ms,
@@ -721,6 +755,168 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// A reader's round (see [`Call::Read`]): without a script where the
+    /// node allows it, else (and where that missed, or the node refused
+    /// it) the read script.
+    async fn read_hold(
+        &self,
+        connection: &mut Connection,
+        read: ReadCall<'_>,
+        timed: bool,
+    ) -> Result<Exchanged, RedisError> {
+        if let Some(node_clock_us) = self.read_aim(connection, &read, timed) {
+            let ends_ms = read_round::aim(node_clock_us, read.ttl_ms);
+            match read_unscripted(connection, &self.batches, &read, ends_ms).await {
+                Ok(Some(exchanged)) => return Ok(exchanged),
+                Ok(None) => tracing::debug!(
+                    node = %self.name,
+                    "a reader's entry was aimed short of the node's clock: the read script decides"
+                ),
+                Err(err) if matches!(err.kind(), ErrorKind::Server(_)) => {
+                    // `ERR`: the commands or their flags are unknown there.
+                    if err.code() == Some("ERR") {
+                        tracing::debug!(
+                            node = %self.name,
+                            "a reader's round without a script refused ({err}): \
+                             the read script from now on"
+                        );
+                        self.reads_scripted.store(true, Ordering::Relaxed);
+                    }
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        let cmd = read_script(read.keys, read.token, read.ttl_ms, read.prune);
+        if timed {
+            Box::pin(run_timed(
+                connection,
+                &cmd,
+                Some(&scripts::READ),
+                &self.batches,
+            ))
+            .await
+        } else {
+            let reply = run(connection, &cmd, Some(&scripts::READ)).await?;
+            Ok(Exchanged::plain(reply, false))
+        }
+    }
+
+    /// The most the node's clock reads now (µs since the Unix epoch), to aim
+    /// a reader's round without a script at, where the node allows one: a
+    /// single server (not a cluster) of Redis 7.0 or later that has not
+    /// refused one, its clock read after the round (`timed`) and read
+    /// before, for a round not `scripted`.
+    fn read_aim(&self, connection: &Connection, read: &ReadCall<'_>, timed: bool) -> Option<i64> {
+        let allowed = timed
+            && !read.scripted
+            && matches!(connection, Connection::One(_))
+            && !self.legacy_set.load(Ordering::Relaxed)
+            && !self.reads_scripted.load(Ordering::Relaxed);
+        let standing = &self.standing;
+        allowed
+            .then(|| standing.standings.node_clock_at_most(standing.index))
+            .flatten()
+    }
+}
+
+/// A reader's round, as [`Call::Read`] asks it.
+#[derive(Clone, Copy)]
+struct ReadCall<'a> {
+    token: &'a str,
+    keys: &'a RwKeys,
+    ttl_ms: u64,
+    /// The script decides, wherever the node is: not the first round of
+    /// its call (a reader that waits behind a writer retries by the
+    /// script, which leaves nothing where it is refused), or one that
+    /// prunes.
+    scripted: bool,
+    prune: bool,
+}
+
+/// A reader's round without a script (see `read_round.rs`) on a single
+/// server, its entry ending at `ends_ms`: the answer (`1` granted, `0`
+/// refused) with the node's clock read after it, or `None` where the aim
+/// missed. A refused or missed round's entry is taken back (`ZREM`) first;
+/// a server's error in reply to any of its commands is the error, once the
+/// entry is taken back.
+async fn read_unscripted(
+    connection: &mut Connection,
+    batches: &Arc<Batches>,
+    read: &ReadCall<'_>,
+    ends_ms: i64,
+) -> Result<Option<Exchanged>, RedisError> {
+    let commands = read_round::commands(read.keys, read.token, ends_ms, read.ttl_ms);
+    let landed = match &*connection {
+        Connection::One(one) if batches.busy() => batches.send(commands, None, one).await,
+        _ => read_alone(connection, commands).await,
+    };
+    let landed = match landed {
+        Ok(landed) => landed,
+        Err(err) => {
+            // Best effort: where the connection broke, the round's cleanup
+            // takes the entry back.
+            let _ = run(connection, &read_round::undo(read.keys, read.token), None).await;
+            return Err(err);
+        }
+    };
+    let outcome = read_round::verdict(&landed.reply, landed.reading.as_ref(), ends_ms, read.ttl_ms);
+    if outcome != Some(Outcome::Granted) {
+        run(connection, &read_round::undo(read.keys, read.token), None).await?;
+    }
+    let clock = match (landed.clock, landed.reading) {
+        (Some(judged), _) => Clock::Judged(judged),
+        (None, Some(reading)) => Clock::Read(reading),
+        (None, None) => Clock::Unread,
+    };
+    let answer = |granted: bool| Exchanged {
+        reply: Value::Int(i64::from(granted)),
+        legacy: false,
+        clock,
+    };
+    match outcome {
+        Some(Outcome::Granted) => Ok(Some(answer(true))),
+        Some(Outcome::Refused) => Ok(Some(answer(false))),
+        Some(Outcome::Missed) => Ok(None),
+        None => Err(RedisError::from((
+            ErrorKind::Parse,
+            "a reader's round had replies its commands cannot give",
+        ))),
+    }
+}
+
+/// [`read_unscripted`]'s `commands` in a request of their own, with `TIME`
+/// pipelined after them: their replies, with the reading (not judged yet).
+async fn read_alone(connection: &mut Connection, commands: Commands) -> Result<Landed, RedisError> {
+    let Commands(first, then) = commands;
+    let mut pipeline = redis::Pipeline::with_capacity(2 + then.len());
+    pipeline.ignore_errors().add_command(first);
+    for then in then {
+        pipeline.add_command(then);
+    }
+    pipeline.cmd("TIME");
+    let sent = std::time::Instant::now();
+    let reply: Value = pipeline.query_async(connection).await?;
+    let received = std::time::Instant::now();
+    let Value::Array(mut items) = reply else {
+        return Err(RedisError::from((
+            ErrorKind::Parse,
+            "a pipeline's replies missing",
+        )));
+    };
+    let time = items.pop();
+    if let Some(Value::ServerError(err)) =
+        (items.iter()).find(|item| matches!(item, Value::ServerError(_)))
+    {
+        return Err(RedisError::from(err.clone()));
+    }
+    Ok(Landed {
+        reply: Value::Array(items),
+        clock: None,
+        reading: time.and_then(|time| Reading::from_reply(&time, sent, received)),
+    })
+}
+
 /// What `request` sends, how long it may take, and how its reply reads.
 fn plan(request: &Request) -> (Purpose, Call, Reply) {
     match request {
@@ -747,6 +943,14 @@ fn plan(request: &Request) -> (Purpose, Call, Reply) {
             held,
         } => gather(lock, *ttl_ms, counter_key.as_deref(), held),
         Request::FirstWrite { lock, ttl_ms } => first_write_plan(lock, *ttl_ms),
+        Request::FirstRead { lock, ttl_ms } => match &lock.shape {
+            Shape::Read(keys) => (
+                Purpose::Vote,
+                read_call(lock, keys, *ttl_ms, true),
+                Reply::YesNo,
+            ),
+            _ => acquire_plan(lock, *ttl_ms, &None),
+        },
         Request::Extend { lock, ttl_ms } => (Purpose::Vote, extension(lock, *ttl_ms), Reply::YesNo),
         Request::WriteBack {
             lock,
@@ -817,18 +1021,11 @@ fn acquire_plan(
             let call = acquire_all(lock, ttl_ms, counter_key.as_deref());
             (Purpose::Vote, call, Reply::AllOrNone { fenced })
         }
-        Shape::Read(keys) => {
-            let mut cmd = evalsha(&scripts::READ, 3, 3);
-            // One round in 16 drops the ended entries (see `scripts::READ`).
-            let prune = rand::random::<u8>() < 16;
-            cmd.arg(&*keys.read)
-                .arg(&*keys.write)
-                .arg(&*keys.intent)
-                .arg(&*lock.token)
-                .arg(ttl_ms)
-                .arg(if prune { "1" } else { "0" });
-            (Purpose::Vote, script(cmd, &scripts::READ), Reply::YesNo)
-        }
+        Shape::Read(keys) => (
+            Purpose::Vote,
+            read_call(lock, keys, ttl_ms, false),
+            Reply::YesNo,
+        ),
         Shape::Write {
             keys,
             intent,
@@ -994,6 +1191,30 @@ fn wait(lock: &LockId, ttl_ms: u64, counter_key: Option<&[u8]>, waiter: &str, ti
     script(cmd, &scripts::WAIT)
 }
 
+/// A reader's round (see [`Call::Read`]); `first`: the first of its call.
+fn read_call(lock: &LockId, keys: &Arc<RwKeys>, ttl_ms: u64, first: bool) -> Call {
+    Call::Read {
+        lock: lock.clone(),
+        keys: keys.clone(),
+        ttl_ms,
+        first,
+        // One round in 16 drops the ended entries (see `scripts::READ`).
+        prune: rand::random::<u8>() < 16,
+    }
+}
+
+/// The read script's command for a reader's round (see [`Call::Read`]).
+fn read_script(keys: &RwKeys, token: &str, ttl_ms: u64, prune: bool) -> Cmd {
+    let mut cmd = evalsha(&scripts::READ, 3, 3);
+    cmd.arg(&*keys.read)
+        .arg(&*keys.write)
+        .arg(&*keys.intent)
+        .arg(token)
+        .arg(ttl_ms)
+        .arg(if prune { "1" } else { "0" });
+    cmd
+}
+
 /// A script's call.
 fn script(cmd: Cmd, script: &'static Script) -> Call {
     Call::Command {
@@ -1032,7 +1253,7 @@ async fn acquire(
     let (set, counter) = acquire_commands(call, with_get);
     match (call.timed, &*connection) {
         (Some(batches), Connection::One(one)) if batches.busy() => {
-            let commands = Commands(set, counter);
+            let commands = Commands(set, counter.into_iter().collect());
             // `SET NX GET` answers nil when it set the key.
             let expiry = with_get.then(|| Expiry {
                 key: call.key.clone(),
@@ -1226,7 +1447,9 @@ async fn run_timed(
     loop {
         let landed = match &*connection {
             Connection::One(one) if batches.busy() => {
-                batches.send(Commands(cmd.clone(), None), None, one).await
+                batches
+                    .send(Commands(cmd.clone(), Vec::new()), None, one)
+                    .await
             }
             _ => return run_timed_alone(connection, cmd, script).await,
         };

@@ -221,6 +221,15 @@ pub(crate) enum Request {
         /// Its TTL in milliseconds.
         ttl_ms: u64,
     },
+    /// A reader's first round: four plain commands, pipelined, with no
+    /// script, where the node allows it (see `read_round.rs`); the read
+    /// script elsewhere.
+    FirstRead {
+        /// The reader's lock ([`Shape::Read`]).
+        lock: LockId,
+        /// Its TTL in milliseconds.
+        ttl_ms: u64,
+    },
     /// The queue's acquire script: set the key only when it is free for this
     /// waiter, and queue the waiter otherwise (see `queue.rs`).
     Wait {
@@ -307,6 +316,7 @@ impl Request {
             Request::Acquire { .. }
                 | Request::Wait { .. }
                 | Request::FirstWrite { .. }
+                | Request::FirstRead { .. }
                 | Request::Gather { .. }
                 | Request::Extend { .. }
                 | Request::WriteBack { .. }

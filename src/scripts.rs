@@ -423,7 +423,10 @@ end
 ///
 /// Inline, with as few calls as it can: each `redis.call` and each Lua
 /// function defined costs a server about as much as a plain command (see
-/// docs/benchmarks.md, the read-write lock's cost).
+/// docs/benchmarks.md, the read-write lock's cost). A reader's first round
+/// runs four plain commands instead where the node allows it
+/// (`read_round.rs`); this script is the later rounds', the pruning ones',
+/// and every round's where that cannot run.
 pub(crate) static READ: LazyLock<Script> = LazyLock::new(|| Script::new(READ_CODE));
 const READ_CODE: &str = r#"if redis.call("exists", KEYS[2], KEYS[3]) > 0 then
     return 0

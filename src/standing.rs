@@ -828,6 +828,18 @@ impl Standings {
         !self.policy.clock_tolerance.is_zero()
     }
 
+    /// The most node `index`'s wall clock can read now (µs since the Unix
+    /// epoch) by its latest reading kept, if it did not step since; `None`
+    /// without a reading in the window or with clocks not watched. An
+    /// estimate to aim at (see [`Lead::node_clock_at_most`]).
+    pub(crate) fn node_clock_at_most(&self, index: usize) -> Option<i64> {
+        if !self.clock_on() {
+            return None;
+        }
+        let latest = tasks::lock(&self.slots.get(index)?.clock).latest()?;
+        Some(latest.node_clock_at_most(self.epoch, Instant::now()))
+    }
+
     /// The clock tolerance in µs.
     fn tolerance_us(&self) -> i64 {
         i64::try_from(self.policy.clock_tolerance.as_micros()).unwrap_or(i64::MAX)

@@ -407,3 +407,49 @@ async fn a_step_forward_under_a_leader_gives_no_second_leader() {
     );
     drop(a);
 }
+
+/// A reader's first round without a script (see `read_round.rs`) aims its
+/// entry's end by the node's clock as last read. On a node whose clock
+/// moved 300 ms ahead since (within a tolerance of 1 s, so not a step the
+/// client holds it back for), the aim falls short; the round sees it in
+/// the node's `TIME` and runs the read script instead: the entry ends at
+/// least a TTL after the node's time before the call, never 300 ms early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readers_entry_ends_a_ttl_after_the_nodes_time_when_its_clock_moved() {
+    // The clock node alone: its grant is the one that counts.
+    let nodes = Nodes::start(1);
+    let client = builder(&nodes)
+        .clock_tolerance(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let ttl = Duration::from_secs(5);
+    let guard = client.read("clock:warm-up", ttl).await.unwrap();
+    guard.unlock().await.unwrap();
+    let readers = [client.key("clock:rw").unwrap(), b":quorlock-read".to_vec()].concat();
+    for step_ms in [300, 600, 900] {
+        nodes.clock.set_offset(step_ms);
+        let (secs, micros): (i64, i64) = redis::cmd("TIME")
+            .query(&mut nodes.clock.server.connection())
+            .unwrap();
+        let before_ms = secs * 1000 + micros / 1000;
+        let guard = client.read("clock:rw", ttl).await.unwrap();
+        let entries: Vec<(String, i64)> = redis::cmd("ZRANGE")
+            .arg(&readers)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query(&mut nodes.clock.server.connection())
+            .unwrap();
+        let ends_ms = match entries.as_slice() {
+            [(_, ends_ms)] => *ends_ms,
+            other => panic!("one reader's entry on the clock node, not {other:?}"),
+        };
+        assert!(
+            ends_ms >= before_ms + 5_000,
+            "after a move of {step_ms} ms, the entry ends {} ms short of a TTL after the \
+             node's time",
+            before_ms + 5_000 - ends_ms
+        );
+        guard.unlock().await.unwrap();
+    }
+}

@@ -359,6 +359,76 @@ fn a_writer_is_not_starved_by_readers(
     )
 }
 
+/// A reader's first round runs no script on Redis 7.0 and later (see
+/// `read_round.rs`): 32 read holds, one after another, on 3 nodes run the
+/// read script only in the rounds that prune (one in 16) and leave nothing
+/// behind, nor does a reader refused beside a writer; a short reader's set, joined by a long reader, lives as long as
+/// the long one (`PEXPIREAT GT`), and a set made by a reader has an expiry
+/// (`PEXPIRE NX`). Before 7.0 every round is the script.
+async fn a_readers_first_round_runs_no_script() -> Outcome {
+    const HOLDS: u64 = 32;
+    let nodes = support::servers(3);
+    let redlock = support::builder(&nodes).build()?;
+    let readers = [redlock.key("t:p")?, b":quorlock-read".to_vec()].concat();
+    redlock.read("t:warm-up", TTL).await?.unlock().await?;
+    support::reset_stats(&nodes);
+    for _ in 0..HOLDS {
+        redlock.read("t:p", TTL).await?.unlock().await?;
+    }
+    let calls = support::command_calls(&nodes);
+    let count = |name: &str| calls.get(name).copied().unwrap_or(0);
+    let (scripts, pexpireat) = (count("evalsha"), count("pexpireat"));
+    if support::is_redis_before_7() {
+        support::adapted(
+            "a_readers_first_round_runs_no_script",
+            "Redis before 7.0 has no PEXPIRE NX or GT: every reader's round is the script",
+        );
+        check(
+            scripts >= HOLDS * 3,
+            format!("{scripts} scripts: {calls:?}"),
+        )?;
+    } else {
+        // A round on a node that has not answered yet may be skipped; one
+        // in 16 prunes (the script).
+        check(
+            pexpireat >= HOLDS * 3 / 2 && scripts <= HOLDS * 3 / 4,
+            format!("{pexpireat} rounds without a script, {scripts} with: {calls:?}"),
+        )?;
+    }
+    for node in &nodes {
+        check(node.pttl(&readers) == -2, "a released reader's set is gone")?;
+    }
+    // Refused by a writer, a reader's round takes its entry back.
+    let writer = redlock.write("t:p", TTL).await?;
+    let refused = redlock.try_read("t:p", TTL).await;
+    check(
+        matches!(refused, Err(Error::Contended { .. })),
+        format!("a reader beside a writer: {refused:?}"),
+    )?;
+    for node in &nodes {
+        check(node.pttl(&readers) == -2, "a refused reader left its entry")?;
+    }
+    writer.unlock().await?;
+    let short = redlock.read("t:p", Duration::from_secs(2)).await?;
+    let long = redlock.read("t:p", Duration::from_secs(60)).await?;
+    // A node that holds both (under load, a round may skip one).
+    let both = nodes.iter().find(|node| {
+        redis::cmd("ZCARD")
+            .arg(&readers)
+            .query::<i64>(&mut node.connection())
+            .is_ok_and(|n| n == 2)
+    });
+    let node = both.ok_or("no node holds both readers")?;
+    let pttl = node.pttl(&readers);
+    check(
+        (50_000..=61_000).contains(&pttl),
+        format!("the set lives as long as the long reader, and no longer: {pttl}"),
+    )?;
+    long.unlock().await?;
+    short.unlock().await?;
+    Ok(())
+}
+
 /// Each reader's entry ends on its own: a short reader's release or extension
 /// leaves a long reader's end alone, and the set lives as long as the latest.
 async fn reader_holds_end_on_their_own() -> Outcome {
@@ -590,7 +660,7 @@ async fn names_of_the_locks_own_keys_are_refused() -> Outcome {
     Ok(())
 }
 
-const TESTS: [&str; 10] = [
+const TESTS: [&str; 11] = [
     "reader_holds_end_on_their_own",
     "the_status_shows_readers_writers_and_intent",
     "writers_and_readers_exclude_each_other",
@@ -601,6 +671,7 @@ const TESTS: [&str; 10] = [
     "a_writer_is_not_starved_by_readers",
     "readers_and_writers_never_overlap_under_faults",
     "a_writers_first_round_gives_back_what_a_reader_refused",
+    "a_readers_first_round_runs_no_script",
 ];
 
 type Test = std::pin::Pin<Box<dyn std::future::Future<Output = Outcome>>>;
@@ -631,6 +702,9 @@ fn run(name: &str, exe: &std::path::Path, runtime: &tokio::runtime::Runtime) -> 
         "a_writers_first_round_gives_back_what_a_reader_refused" => bounded(Box::pin(
             a_writers_first_round_gives_back_what_a_reader_refused(),
         )),
+        "a_readers_first_round_runs_no_script" => {
+            bounded(Box::pin(a_readers_first_round_runs_no_script()))
+        }
         "names_of_the_locks_own_keys_are_refused" => {
             bounded(Box::pin(names_of_the_locks_own_keys_are_refused()))
         }
