@@ -33,6 +33,13 @@
 //!   TTL, is the node's clock at the grant, one integer to read (and a
 //!   refusal needs no reading).
 //!
+//! - A release sent to the node waits until every batch gathered before it
+//!   has gone out ([`Batches::sent`]): a lock's vote on this node may still
+//!   be gathering while the other nodes' grants already won its round, and
+//!   the release, sent straight on the connection, would otherwise reach
+//!   the node first, find nothing, and leave the key the vote then set
+//!   there until its TTL.
+//!
 //! The batch adds no round trip, and a lone vote does not wait for one: it
 //! is not batched (as the connection's driver yields only where other
 //! calls are under way, see `connection.rs`). Only connections to one
@@ -42,14 +49,16 @@
 //! Cancel safety: a vote's commands are sent once it has joined a batch,
 //! whether or not its caller still waits.
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Instant;
 
 use futures::future::BoxFuture;
 use redis::aio::MultiplexedConnection;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, Value};
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use crate::answer::NotCounted;
 use crate::clock::Reading;
@@ -86,6 +95,10 @@ impl Carrier for MultiplexedConnection {
 pub(crate) struct Batches {
     /// The votes of the batch gathering now; `None` when none is.
     gathering: Mutex<Option<Vec<Vote>>>,
+    /// Which batches have gone out (see [`Batches::sent`]).
+    progress: Mutex<Progress>,
+    /// Told when a batch's pipeline has been handed to the connection.
+    sent: Notify,
     judge: Judge,
     busy: Busy,
 }
@@ -146,6 +159,8 @@ impl Batches {
     pub(crate) fn new(judge: Judge, busy: Busy) -> Arc<Self> {
         Arc::new(Batches {
             gathering: Mutex::new(None),
+            progress: Mutex::new(Progress::default()),
+            sent: Notify::new(),
             judge,
             busy,
         })
@@ -155,6 +170,36 @@ impl Batches {
     /// only then.
     pub(crate) fn busy(&self) -> bool {
         (self.busy)()
+    }
+
+    /// The number of the last batch begun, if it or one before it has not
+    /// gone out yet: what [`sent`](Self::sent) waits for.
+    pub(crate) fn unsent(&self) -> Option<u64> {
+        let progress = tasks::lock(&self.progress);
+        (progress.sent_upto < progress.begun).then_some(progress.begun)
+    }
+
+    /// Returns once every batch up to number `last` (see
+    /// [`unsent`](Self::unsent)) has gone out: its pipeline handed to the
+    /// connection, so that a command sent on the connection after this
+    /// lands on the node after its votes. A release waits for the batches
+    /// begun before it (see `node.rs`): a lock's release must not overtake
+    /// the vote that set its key on this node, which, batched, waits for
+    /// its batch to gather while the other nodes' grants already won the
+    /// round. The wait is a batch's gathering: one turn of the runtime;
+    /// batches begun later do not hold it.
+    ///
+    /// Cancel safety: cancel safe (it only waits).
+    pub(crate) async fn sent(&self, last: u64) {
+        loop {
+            let notified = self.sent.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if tasks::lock(&self.progress).sent_upto >= last {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Sends `commands` (one vote: a server's error in reply to any of them
@@ -174,7 +219,8 @@ impl Batches {
         let (reply, landed) = oneshot::channel();
         let leads = {
             let mut gathering = tasks::lock(&self.gathering);
-            let leads = gathering.is_none();
+            // A new batch: numbered as it begins.
+            let leads = (gathering.is_none()).then(|| tasks::lock(&self.progress).begin());
             (gathering.get_or_insert_with(|| Vec::with_capacity(GATHERING))).push(Vote {
                 commands,
                 expiry,
@@ -182,15 +228,17 @@ impl Batches {
             });
             leads
         };
-        if leads {
+        if let Some(number) = leads {
             let mut gathering = Gathering {
                 batches: self,
                 carrier,
+                number,
                 gathered: false,
             };
             tokio::task::yield_now().await;
-            let votes = gathering.gather();
-            let mut flight = Flight(Some(Box::pin(fly(self.clone(), carrier.clone(), votes))));
+            let (votes, unsent) = gathering.gather();
+            let flying = fly(self.clone(), carrier.clone(), votes, unsent);
+            let mut flight = Flight(Some(Box::pin(flying)));
             if let Some(flying) = flight.0.as_mut() {
                 flying.await;
             }
@@ -211,24 +259,28 @@ impl Batches {
 struct Gathering<'a, C: Carrier> {
     batches: &'a Arc<Batches>,
     carrier: &'a C,
+    /// The batch's number (see [`Progress`]).
+    number: u64,
     gathered: bool,
 }
 
 impl<C: Carrier> Gathering<'_, C> {
-    /// The votes gathered: the batch, closed to new votes.
-    fn gather(&mut self) -> Vec<Vote> {
+    /// The votes gathered: the batch, closed to new votes, and unsent
+    /// until the [`Unsent`] that comes with it is dropped.
+    fn gather(&mut self) -> (Vec<Vote>, Unsent) {
         self.gathered = true;
-        tasks::lock(&self.batches.gathering)
+        let votes = tasks::lock(&self.batches.gathering)
             .take()
-            .unwrap_or_default()
+            .unwrap_or_default();
+        (votes, Unsent(self.batches.clone(), self.number))
     }
 }
 
 impl<C: Carrier> Drop for Gathering<'_, C> {
     fn drop(&mut self) {
         if !self.gathered {
-            let votes = self.gather();
-            let flight = fly(self.batches.clone(), self.carrier.clone(), votes);
+            let (votes, unsent) = self.gather();
+            let flight = fly(self.batches.clone(), self.carrier.clone(), votes, unsent);
             // Outside a runtime the votes' senders drop with it: each vote
             // fails, none waits.
             tasks::spawn(flight);
@@ -250,9 +302,55 @@ impl Drop for Flight {
     }
 }
 
+/// Which of a node's batches have gone out. Batches are numbered from 1 as
+/// they begin gathering; they go out in that order, except a dropped
+/// leader's, which a task of its own sends, maybe after a later one.
+#[derive(Debug, Default)]
+struct Progress {
+    /// The last batch's number.
+    begun: u64,
+    /// Every batch up to this number has gone out.
+    sent_upto: u64,
+    /// Batches past `sent_upto` that went out.
+    ahead: BTreeSet<u64>,
+}
+
+impl Progress {
+    /// A new batch's number.
+    fn begin(&mut self) -> u64 {
+        self.begun += 1;
+        self.begun
+    }
+
+    /// Batch `number` went out.
+    fn sent(&mut self, number: u64) {
+        if number != self.sent_upto + 1 {
+            self.ahead.insert(number);
+            return;
+        }
+        self.sent_upto = number;
+        while self.ahead.remove(&(self.sent_upto + 1)) {
+            self.sent_upto += 1;
+        }
+    }
+}
+
+/// A gathered batch (its number) whose pipeline has not been handed to the
+/// connection yet; dropped once it has (or once it never will be), it
+/// tells [`Batches::sent`].
+struct Unsent(Arc<Batches>, u64);
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        tasks::lock(&self.0.progress).sent(self.1);
+        self.0.sent.notify_waiters();
+    }
+}
+
 /// Sends the batch of `votes` on `carrier` with `TIME` at its end, and
-/// hands each vote its replies.
-async fn fly<C: Carrier>(batches: Arc<Batches>, carrier: C, mut votes: Vec<Vote>) {
+/// hands each vote its replies; `unsent` is dropped once the pipeline is
+/// handed to the connection (the first poll of its request).
+async fn fly<C: Carrier>(batches: Arc<Batches>, carrier: C, mut votes: Vec<Vote>, unsent: Unsent) {
     if votes.is_empty() {
         return;
     }
@@ -277,7 +375,14 @@ async fn fly<C: Carrier>(batches: Arc<Batches>, carrier: C, mut votes: Vec<Vote>
         None => pipeline.cmd("TIME"),
     };
     let sent = Instant::now();
-    let replies = carrier.carry(pipeline).await;
+    let mut carried = std::pin::pin!(carrier.carry(pipeline));
+    // The first poll hands the pipeline to the connection.
+    let first = futures::poll!(carried.as_mut());
+    drop(unsent);
+    let replies = match first {
+        Poll::Ready(replies) => replies,
+        Poll::Pending => carried.await,
+    };
     let received = Instant::now();
     let read = Read {
         expiry,
@@ -469,6 +574,45 @@ mod tests {
             vec![vec!["GET 1", "GET 2", "GET 3", "GET 4", "GET 5", "TIME"]]
         );
         assert_eq!(judged.load(Ordering::SeqCst), 1, "one reading, judged once");
+    }
+
+    #[test]
+    fn batches_out_of_order_count_once_those_before_them_went_out() {
+        let mut progress = Progress::default();
+        let (one, two, three) = (progress.begin(), progress.begin(), progress.begin());
+        assert_eq!((one, two, three), (1, 2, 3));
+        progress.sent(two);
+        assert_eq!(progress.sent_upto, 0, "batch 1 has not gone out");
+        progress.sent(one);
+        assert_eq!(progress.sent_upto, 2);
+        progress.sent(three);
+        assert_eq!(progress.sent_upto, 3);
+        assert!(progress.ahead.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_wait_for_the_batches_to_go_out_ends_once_they_went_out() {
+        let judged = Arc::new(AtomicUsize::new(0));
+        let batches = batches(&judged);
+        let release = Arc::new(Notify::new());
+        let mock = Mock {
+            release: Some(release.clone()),
+            ..Mock::default()
+        };
+        assert_eq!(batches.unsent(), None, "nothing gathering");
+        let mut vote = std::pin::pin!(batches.send(get("1"), None, &mock));
+        // The vote joins a batch, whose leader yields for others to join.
+        assert!(futures::poll!(vote.as_mut()).is_pending());
+        assert_eq!(batches.unsent(), Some(1), "a batch gathering");
+        let mut sent = std::pin::pin!(batches.sent(1));
+        assert!(futures::poll!(sent.as_mut()).is_pending());
+        // The leader gathers and hands the pipeline over; its reply waits.
+        assert!(futures::poll!(vote.as_mut()).is_pending());
+        assert_eq!(tasks::lock(&mock.batches).len(), 1, "the batch went out");
+        assert!(futures::poll!(sent.as_mut()).is_ready());
+        assert_eq!(batches.unsent(), None);
+        release.notify_one();
+        assert_eq!(vote.await.expect("a reply").reply, Value::Int(1));
     }
 
     /// A vote of two commands, `GET first` and `GET then`.

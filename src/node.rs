@@ -546,18 +546,15 @@ impl Node {
             // Read only where a grant waits for its replicas.
             let started = (shared.replica_acks > 0).then(std::time::Instant::now);
             let exchange = async {
+                // A release goes out after the votes batched before it (see
+                // `Batches::sent`); boxed, as it rarely waits.
+                if purpose == Purpose::Cleanup
+                    && let Some(last) = shared.batches.unsent()
+                {
+                    Box::pin(shared.batches.sent(last)).await;
+                }
                 let exchanged = shared.exchange_with(&call, timed).await?;
-                let answer =
-                    (reply.read(exchanged.reply, exchanged.legacy)).unwrap_or_else(|value| {
-                        Answer::Failed(unexpected(shared.name.clone(), &value))
-                    });
-                let answer = match exchanged.clock {
-                    Clock::Unread => answer,
-                    Clock::Read(reading) => {
-                        shared.clock_checked(answer, shared.standing.judge(&reading))
-                    }
-                    Clock::Judged(judged) => shared.clock_checked(answer, judged),
-                };
+                let answer = shared.answer(exchanged, reply);
                 match started {
                     // Boxed: every call's future (one type for all) stays
                     // the size it is without the option.
@@ -622,6 +619,18 @@ impl Shared {
             wanted: self.replica_acks,
         };
         Ok(Answer::Failed(NodeError::new(self.name.clone(), kind)))
+    }
+
+    /// The answer in `exchanged`, read as `reply`, with what the node's
+    /// clock, read after it (if it was), showed.
+    fn answer(&self, exchanged: Exchanged, reply: Reply) -> Answer {
+        let answer = (reply.read(exchanged.reply, exchanged.legacy))
+            .unwrap_or_else(|value| Answer::Failed(unexpected(self.name.clone(), &value)));
+        match exchanged.clock {
+            Clock::Unread => answer,
+            Clock::Read(reading) => self.clock_checked(answer, self.standing.judge(&reading)),
+            Clock::Judged(judged) => self.clock_checked(answer, judged),
+        }
     }
 
     /// A vote's `answer` with what the node's clock, read after it, showed

@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use quorlock::{Error, LostReason, Unlocked};
-use support::{builder, eventually, held_everywhere, holders, proxies, proxy_urls, servers};
+use support::{builder, eventually, held_everywhere, holders, proxies, proxy_urls, servers, urls};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -398,4 +398,49 @@ fn a_runtime_shutting_down_during_a_release_returns() {
             "runtime {round} did not shut down"
         );
     }
+}
+
+/// Many tasks of one client taking and releasing locks of their own at once
+/// (so that a node's votes go out in batches): once every `unlock` has
+/// returned `Released` and the client's background work is done, no key of
+/// theirs is left on any node (a release that overtook its own `SET` on a
+/// node would leave that key there for its TTL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_locks_leave_no_key_behind_under_concurrency() {
+    const TASKS: usize = 32;
+    const CYCLES: usize = 60;
+    let nodes = servers(3);
+    let redlock = quorlock::Redlock::builder(urls(&nodes))
+        .node_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let redlock = redlock.clone();
+            tokio::spawn(async move {
+                for cycle in 0..CYCLES {
+                    let name = format!("leak:{task}:{cycle}");
+                    let guard = redlock.lock(&name, Duration::from_secs(60)).await.unwrap();
+                    assert_eq!(guard.unlock().await.unwrap(), quorlock::Unlocked::Released);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    redlock.flush().await;
+    let left: Vec<(usize, Vec<String>)> = nodes
+        .iter()
+        .enumerate()
+        .map(|(index, node)| {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg("quorlock:leak:*")
+                .query(&mut node.connection())
+                .unwrap();
+            (index, keys)
+        })
+        .filter(|(_, keys)| !keys.is_empty())
+        .collect();
+    assert!(left.is_empty(), "keys left after their release: {left:?}");
 }
