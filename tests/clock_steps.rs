@@ -68,6 +68,21 @@ fn builder(nodes: &Nodes) -> RedlockBuilder {
         .restart_grace(Duration::from_secs(3))
 }
 
+/// Waits (at most 5 s, less than the TTLs here) for holder A's `lost`
+/// and checks that it says a node's clock stepped.
+async fn told_its_clock_stepped(lost: impl std::future::Future<Output = quorlock::Error>) {
+    let lost = tokio::time::timeout(Duration::from_secs(5), lost)
+        .await
+        .expect("A is told at once, not at its expiry");
+    assert!(
+        matches!(
+            lost.lost_reason(),
+            Some(quorlock::LostReason::ClockStepped { .. })
+        ),
+        "{lost}"
+    );
+}
+
 /// Holder A on a bare quorum that includes the clock node: the plain nodes
 /// beyond the quorum hold a foreign value until A has locked, then it
 /// expires (waited on). Returns A's guard.
@@ -135,16 +150,7 @@ async fn no_second_holder_after_a_step_forward(n: usize, fencing: bool) {
     // A's own client reads the node too (in the background, within about
     // a second): A is told that its key there may be gone, before its
     // expiry (10 s).
-    let lost = tokio::time::timeout(Duration::from_secs(5), a.lost())
-        .await
-        .expect("A is told at once, not at its expiry");
-    assert!(
-        matches!(
-            lost.lost_reason(),
-            Some(quorlock::LostReason::ClockStepped { .. })
-        ),
-        "{lost}"
-    );
+    told_its_clock_stepped(a.lost()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -379,16 +385,7 @@ async fn a_step_forward_under_a_leader_gives_no_second_leader() {
     let lost = a.lost();
     nodes.clock.set_offset(30_000);
     let b = tokio::spawn(async move { standby.campaign(ELECTION, "b", ttl).await });
-    let lost = tokio::time::timeout(Duration::from_secs(5), lost)
-        .await
-        .expect("A is told at once, not at its expiry");
-    assert!(
-        matches!(
-            lost.lost_reason(),
-            Some(quorlock::LostReason::ClockStepped { .. })
-        ),
-        "{lost}"
-    );
+    told_its_clock_stepped(lost).await;
     let b = tokio::time::timeout(Duration::from_secs(30), b)
         .await
         .expect("the standby leads in the end")
