@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine: installs redis-server when it is
 # missing, then formatting, lints, tests (against real redis-server processes
-# the tests start themselves), docs, and the basic example on three throw-away
-# servers. Usage: scripts/test.sh
+# the tests start themselves), docs, and the basic, fenced storage, election
+# and semaphore examples on three throw-away servers. Usage: scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/redis.sh
@@ -30,4 +30,6 @@ echo "== examples/fenced_storage.rs on the same servers"
 cargo run --quiet --example fenced_storage -- "${urls[@]}"
 echo "== examples/election.rs on the same servers"
 cargo run --quiet --example election -- "${urls[@]}"
+echo "== examples/semaphore.rs on the same servers"
+cargo run --quiet --example semaphore -- "${urls[@]}"
 echo "== all checks passed"
