@@ -191,15 +191,10 @@ impl Batches {
     ///
     /// Cancel safety: cancel safe (it only waits).
     pub(crate) async fn sent(&self, last: u64) {
-        loop {
-            let notified = self.sent.notified();
-            let mut notified = std::pin::pin!(notified);
-            notified.as_mut().enable();
-            if tasks::lock(&self.progress).sent_upto >= last {
-                return;
-            }
-            notified.await;
-        }
+        tasks::wait_until(&self.sent, None, || {
+            tasks::lock(&self.progress).sent_upto >= last
+        })
+        .await;
     }
 
     /// Sends `commands` (one vote: a server's error in reply to any of them

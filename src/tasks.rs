@@ -1,6 +1,7 @@
 //! Tasks and the state they share: [`spawn`] (on the current runtime, if
-//! there is one), [`Background`] (the client's counted background work) and
-//! [`lock`] (a mutex that a panicked task held is still usable).
+//! there is one), [`Background`] (the client's counted background work),
+//! [`wait_until`] (a condition, woken by a `Notify`) and [`lock`] (a mutex
+//! that a panicked task held is still usable).
 //!
 //! The client's background work: releases of dropped guards and of `lock`
 //! calls dropped mid-round, releases that timed out and finish late, and the
@@ -64,6 +65,38 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Waits until `done()` holds, checking it again at every notification of
+/// `notify`, or until `deadline` (`None`: no deadline); returns whether
+/// `done()` held. The wait is registered before each check, so a
+/// notification between the check and the wait is not missed.
+///
+/// Cancel safety: cancel safe (it only waits).
+pub(crate) async fn wait_until(
+    notify: &Notify,
+    deadline: Option<std::time::Instant>,
+    mut done: impl FnMut() -> bool,
+) -> bool {
+    loop {
+        let notified = notify.notified();
+        let mut notified = std::pin::pin!(notified);
+        notified.as_mut().enable();
+        if done() {
+            return true;
+        }
+        match deadline {
+            Some(deadline) => {
+                if tokio::time::timeout_at(deadline.into(), notified)
+                    .await
+                    .is_err()
+                {
+                    return false;
+                }
+            }
+            None => notified.await,
+        }
+    }
+}
+
 /// Counts a client's background tasks. Cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Background {
@@ -107,15 +140,11 @@ impl Background {
 
     /// Waits until no counted task runs. Cancel safe.
     pub(crate) async fn idle(&self) {
-        loop {
-            let idle = self.shared.idle.notified();
-            let mut idle = std::pin::pin!(idle);
-            idle.as_mut().enable();
-            if self.shared.running.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            idle.await;
-        }
+        let running = &self.shared.running;
+        wait_until(&self.shared.idle, None, || {
+            running.load(Ordering::Acquire) == 0
+        })
+        .await;
     }
 }
 

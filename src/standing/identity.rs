@@ -1,0 +1,504 @@
+//! What a check reads of a server ([`Identity`]: its `run_id`, replication
+//! ids, role, persistence, record and clock, in one round trip), a Redis
+//! Cluster's primaries read as one server, and the misconfigurations the
+//! identities show.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::{RedisError, RedisResult, Value};
+
+use super::record::RecordKeys;
+use crate::clock::Reading;
+use crate::connection::Connection;
+
+/// What one check of a node read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Identity {
+    /// The server's `run_id`: two nodes with one run_id are one server.
+    pub(crate) run_id: Option<String>,
+    /// The first element of `ROLE`: `master`, `slave` or `sentinel`.
+    pub(crate) role: Option<String>,
+    /// `uptime_in_seconds`.
+    pub(crate) uptime: Option<Duration>,
+    /// `master_replid` (`INFO replication`): a new one at every start and
+    /// every promotion of a replica.
+    pub(crate) replid: Option<String>,
+    /// `master_replid2` is set: the server took over a replication history
+    /// (a replica promoted to primary, or a primary that reloaded a snapshot
+    /// with its replication id), so it may lack writes acknowledged by the
+    /// server it replaced.
+    pub(crate) promoted: bool,
+    /// The major of `redis_version` (Valkey reports its Redis-compatible one).
+    pub(crate) major_version: Option<u32>,
+    /// `appendonly yes` with `appendfsync always` (false when unknown).
+    pub(crate) durable: bool,
+    /// The node's record: the `run_id`s of incarnations that counted.
+    pub(crate) record: Vec<String>,
+    /// The check commands the node refused, each with its reply (`ROLE: ERR
+    /// unknown command…`, a renamed command; `NOPERM …`, an ACL user).
+    pub(crate) refused: Vec<String>,
+    /// A server of a Redis Cluster named as a server of its own (`INFO
+    /// cluster`): it would answer `MOVED` for most keys.
+    pub(crate) cluster_enabled: bool,
+    /// Its clock, as the check read it (`TIME`).
+    pub(crate) clock: Option<Reading>,
+    /// Its notes of clock steps still running when read: `run_id`s, each
+    /// with until when (on this client's clock: the note's time left, by the
+    /// node's clock, after the reply came) the node with that `run_id` is
+    /// held back. A deadline, so that a note read long ago is not taken as
+    /// running still.
+    pub(crate) clock_notes: Vec<(String, Instant)>,
+}
+
+impl Identity {
+    /// The incarnation: the `run_id`, and the replication id where known
+    /// (`run_id/replid`). It changes with every restart and every promotion
+    /// of a replica, and not while one server keeps serving as primary.
+    pub(crate) fn incarnation(&self) -> Option<String> {
+        let run_id = self.run_id.as_ref()?;
+        Some(match &self.replid {
+            Some(replid) => format!("{run_id}/{replid}"),
+            None => run_id.clone(),
+        })
+    }
+}
+
+/// The check's round trip (see [`check_pipeline`]), read. A command the
+/// node refuses leaves that part unknown (a refused `INFO` or `ROLE` is
+/// listed in [`Identity::refused`]; a refused `SCRIPT LOAD` only costs the
+/// `NOSCRIPT` fallback later); only a failure to get any answer is an
+/// error.
+pub(super) async fn read_identity(
+    connection: &Connection,
+    record_keys: &RecordKeys,
+    counting: &[String],
+    scripts: &'static [&'static str],
+) -> Result<Identity, RedisError> {
+    let reads = connection
+        .servers()
+        .into_iter()
+        .map(|(address, mut server)| async move {
+            let identity = read_server(&mut server, record_keys, counting, scripts).await?;
+            Ok::<_, RedisError>((address, identity))
+        });
+    let mut identities = futures::future::try_join_all(reads).await?;
+    match identities.as_slice() {
+        [(None, _)] => Ok(identities
+            .pop()
+            .map(|(_, identity)| identity)
+            .unwrap_or_default()),
+        _ => Ok(combine(identities)),
+    }
+}
+
+/// The node's clock from its answer to the check's `TIME`, sent and
+/// answered when; a refusal is noted in `refused` (its grants count without
+/// a clock watch, see `clock.rs`).
+pub(super) fn read_time(
+    answer: Option<RedisResult<Value>>,
+    refused: &mut Vec<String>,
+    (sent, received): (Instant, Instant),
+) -> Option<Reading> {
+    match answer? {
+        Ok(time) => Reading::from_reply(&time, sent, received),
+        Err(err) => {
+            refusal(refused, "TIME (its clock is not watched)", &err);
+            None
+        }
+    }
+}
+
+/// One server's identity, read with the check's round trip.
+pub(super) async fn read_server(
+    connection: &mut redis::aio::MultiplexedConnection,
+    record_keys: &RecordKeys,
+    counting: &[String],
+    scripts: &'static [&'static str],
+) -> Result<Identity, RedisError> {
+    let pipe = check_pipeline(record_keys, counting, scripts);
+    let sent = Instant::now();
+    let mut answers = pipe
+        .query_async::<Vec<RedisResult<Value>>>(connection)
+        .await?
+        .into_iter();
+    let received = Instant::now();
+    let mut identity = Identity::default();
+    match answers.next() {
+        Some(Ok(info)) => read_info(&mut identity, info),
+        Some(Err(err)) => refusal(&mut identity.refused, "INFO server", &err),
+        None => {}
+    }
+    match answers.next() {
+        Some(Ok(info)) => read_replication(&mut identity, info),
+        Some(Err(err)) => refusal(&mut identity.refused, "INFO replication", &err),
+        None => {}
+    }
+    if let Some(Ok(info)) = answers.next() {
+        let info = redis::from_redis_value::<String>(info).unwrap_or_default();
+        identity.cluster_enabled = info_field(&info, "cluster_enabled:").as_deref() == Some("1");
+    }
+    match answers.next() {
+        Some(Ok(Value::Array(role))) => {
+            identity.role = match role.first() {
+                Some(Value::BulkString(bytes)) => Some(String::from_utf8_lossy(bytes).into_owned()),
+                Some(Value::SimpleString(text)) => Some(text.clone()),
+                _ => None,
+            };
+        }
+        Some(Ok(_)) | None => {}
+        Some(Err(err)) => refusal(&mut identity.refused, "ROLE", &err),
+    }
+    let appendonly = config_value(answers.next());
+    let appendfsync = config_value(answers.next());
+    identity.durable =
+        appendonly.as_deref() == Some("yes") && appendfsync.as_deref() == Some("always");
+    identity.record = read_record(answers.next());
+    identity.record.extend(read_record(answers.next()));
+    identity.clock = read_time(answers.next(), &mut identity.refused, (sent, received));
+    if let (Some(Ok(notes)), Some(clock)) = (answers.next(), identity.clock) {
+        identity.clock_notes = read_clock_notes(notes, clock.node_us / 1000)
+            .into_iter()
+            .filter_map(|(run_id, left_ms)| {
+                let left = Duration::from_millis(u64::try_from(left_ms).ok()?);
+                Some((run_id, received.checked_add(left)?))
+            })
+            .collect();
+    }
+    for loaded in answers {
+        if let Err(err) = loaded {
+            tracing::debug!(error = %err, "SCRIPT LOAD refused: scripts load on first use");
+        }
+    }
+    Ok(identity)
+}
+
+/// The check's round trip: `INFO server`, `INFO replication`, `INFO
+/// cluster`, `ROLE`,
+/// `CONFIG GET` of the persistence settings, `SMEMBERS` of both records,
+/// then the records of the incarnations this client knows to count
+/// (`counting`), and the `SCRIPT LOAD` of `scripts`.
+pub(super) fn check_pipeline(
+    record_keys: &RecordKeys,
+    counting: &[String],
+    scripts: &'static [&'static str],
+) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors()
+        .cmd("INFO")
+        .arg("server")
+        .cmd("INFO")
+        .arg("replication")
+        .cmd("INFO")
+        .arg("cluster")
+        .cmd("ROLE")
+        .cmd("CONFIG")
+        .arg("GET")
+        .arg("appendonly")
+        .cmd("CONFIG")
+        .arg("GET")
+        .arg("appendfsync")
+        .cmd("SMEMBERS")
+        .arg(&*record_keys.incarnations)
+        .cmd("SMEMBERS")
+        .arg(&*record_keys.run_ids)
+        .cmd("TIME")
+        .cmd("HGETALL")
+        .arg(&*record_keys.clock_steps);
+    if !counting.is_empty() {
+        for add in record_keys.adds(counting) {
+            pipe.add_command(add).ignore();
+        }
+    }
+    for code in scripts {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(*code);
+    }
+    pipe
+}
+
+/// The notes of clock steps in the reply to `HGETALL` (a RESP2 array of
+/// fields and values, or a RESP3 map): each `run_id` with how long it is
+/// held back after `now_ms` (the node's time, ms).
+pub(super) fn read_clock_notes(reply: Value, now_ms: i64) -> Vec<(String, i64)> {
+    let text = |value: &Value| match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    };
+    let pairs: Vec<(Value, Value)> = match reply {
+        Value::Map(pairs) => pairs,
+        Value::Array(items) => {
+            let mut items = items.into_iter();
+            std::iter::from_fn(|| Some((items.next()?, items.next()?))).collect()
+        }
+        _ => Vec::new(),
+    };
+    pairs
+        .iter()
+        .filter_map(|(run_id, until)| {
+            let until_ms = text(until)?.parse::<i64>().ok()?;
+            Some((text(run_id)?, until_ms.saturating_sub(now_ms)))
+        })
+        .collect()
+}
+
+/// The entries in the reply to `SMEMBERS` of a record (none if it failed).
+pub(super) fn read_record(answer: Option<RedisResult<Value>>) -> Vec<String> {
+    match answer {
+        Some(Ok(Value::Array(items) | Value::Set(items))) => items
+            .iter()
+            .filter_map(|item| match item {
+                Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+                _ => None,
+            })
+            .collect(),
+        Some(Err(err)) => {
+            tracing::debug!(error = %err, "the record could not be read: taken as empty");
+            Vec::new()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The value of `name` (`"run_id:"`) in an `INFO` reply's text.
+pub(super) fn info_field(info: &str, name: &str) -> Option<String> {
+    info.lines()
+        .find_map(|line| line.strip_prefix(name))
+        .map(|value| value.trim().to_owned())
+}
+
+/// Reads the replication ids from the reply to `INFO replication`: a
+/// `master_replid2` of zeros means no replication history was taken over.
+pub(super) fn read_replication(identity: &mut Identity, info: Value) {
+    let info = redis::from_redis_value::<String>(info).unwrap_or_default();
+    identity.replid = info_field(&info, "master_replid:");
+    identity.promoted = info_field(&info, "master_replid2:")
+        .is_some_and(|replid2| replid2.bytes().any(|byte| byte != b'0'));
+}
+
+/// Reads `run_id`, uptime and version from the reply to `INFO server`.
+pub(super) fn read_info(identity: &mut Identity, info: Value) {
+    let info = redis::from_redis_value::<String>(info).unwrap_or_default();
+    let field = |name: &str| info_field(&info, name);
+    identity.run_id = field("run_id:");
+    identity.uptime = field("uptime_in_seconds:")
+        .and_then(|secs| secs.parse::<u64>().ok())
+        .map(Duration::from_secs);
+    identity.major_version =
+        field("redis_version:").and_then(|version| version.split('.').next()?.parse().ok());
+}
+
+/// The value of a one-parameter `CONFIG GET` (RESP2 array or RESP3 map).
+pub(super) fn config_value(answer: Option<RedisResult<Value>>) -> Option<String> {
+    let text = |value: &Value| match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    };
+    match answer? {
+        Ok(Value::Array(items)) => items.get(1).and_then(text),
+        Ok(Value::Map(pairs)) => pairs.first().and_then(|(_, value)| text(value)),
+        Ok(_) => None,
+        Err(err) => {
+            tracing::debug!(error = %err, "CONFIG GET refused: the node is taken as not durable");
+            None
+        }
+    }
+}
+
+/// The identity of a Redis Cluster node, from each primary's (with its
+/// address), as one server's: one incarnation made of every primary's
+/// (sorted by `run_id`, so that a resharding that keeps the servers keeps
+/// it), so that a change of any primary is a change of the node; promoted
+/// if any is; durable if all are; the shortest uptime; a role other than
+/// `master` if any primary answers so; every record's entries (each
+/// record lives on the primary of its slot).
+pub(super) fn combine(mut servers: Vec<(Option<String>, Identity)>) -> Identity {
+    servers.sort_by(|(_, a), (_, b)| a.run_id.cmp(&b.run_id));
+    let all = |field: fn(&Identity) -> Option<&String>| -> Option<String> {
+        let parts: Option<Vec<&String>> = servers
+            .iter()
+            .map(|(_, identity)| field(identity))
+            .collect();
+        parts.map(|parts| {
+            parts
+                .iter()
+                .map(|part| part.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+    };
+    let identities = || servers.iter().map(|(_, identity)| identity);
+    let mut record: Vec<String> = identities()
+        .flat_map(|identity| identity.record.clone())
+        .collect();
+    record.sort();
+    record.dedup();
+    Identity {
+        run_id: all(|identity| identity.run_id.as_ref()),
+        replid: all(|identity| identity.replid.as_ref()),
+        role: identities()
+            .filter_map(|identity| identity.role.clone())
+            .find(|role| role != "master")
+            .or_else(|| identities().find_map(|identity| identity.role.clone())),
+        uptime: identities().filter_map(|identity| identity.uptime).min(),
+        promoted: identities().any(|identity| identity.promoted),
+        major_version: identities()
+            .filter_map(|identity| identity.major_version)
+            .min(),
+        durable: identities().all(|identity| identity.durable),
+        record,
+        // Its primaries are read as one clock (see `clock.rs`).
+        clock: identities().find_map(|identity| identity.clock),
+        clock_notes: identities()
+            .flat_map(|identity| identity.clock_notes.clone())
+            .collect(),
+        refused: servers
+            .iter()
+            .flat_map(|(address, identity)| {
+                let address = address.as_deref().unwrap_or_default();
+                identity
+                    .refused
+                    .iter()
+                    .map(move |refusal| format!("{address}: {refusal}"))
+            })
+            .collect(),
+        cluster_enabled: false,
+    }
+}
+
+/// Notes a check command the node refused, with its reply.
+pub(super) fn refusal(refused: &mut Vec<String>, command: &str, err: &RedisError) {
+    let reply = match (err.code(), err.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => err.to_string(),
+    };
+    refused.push(format!("{command}: {reply}"));
+}
+
+/// The first misconfiguration among the nodes' last checks, in words.
+pub(super) fn misconfiguration(
+    names: &[Arc<str>],
+    identities: &[Option<Identity>],
+) -> Option<String> {
+    let known: Vec<(usize, &Identity)> = identities
+        .iter()
+        .enumerate()
+        .filter_map(|(index, identity)| identity.as_ref().map(|identity| (index, identity)))
+        .collect();
+    for &(index, identity) in &known {
+        if identity.cluster_enabled {
+            return Some(format!(
+                "node {} is a server of a Redis Cluster: name the cluster as one node, \
+                 redis+cluster://{}",
+                names[index], names[index]
+            ));
+        }
+        if let Some(role) = identity.role.as_deref().filter(|role| *role != "master") {
+            return Some(format!(
+                "node {} is a {role} (ROLE), not an independent master",
+                names[index]
+            ));
+        }
+    }
+    for (position, &(index, identity)) in known.iter().enumerate() {
+        let Some(run_id) = &identity.run_id else {
+            continue;
+        };
+        if let Some(&(other, _)) = known[position + 1..]
+            .iter()
+            .find(|(_, other)| other.run_id.as_ref() == Some(run_id))
+        {
+            return Some(format!(
+                "nodes {} and {} are the same server (one run_id): its vote would count twice",
+                names[index], names[other]
+            ));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Notes of clock steps read as RESP2 (field, value, …) and RESP3 (a
+    /// map), each as how long it holds its node back after the node's now;
+    /// a value that is no number is left out.
+    #[test]
+    fn clock_notes_read_as_time_left() {
+        let bulk = |text: &str| Value::BulkString(text.as_bytes().to_vec());
+        let resp2 = Value::Array(vec![
+            bulk("run-a"),
+            bulk("1000500"),
+            bulk("run-b"),
+            bulk("999000"),
+            bulk("run-c"),
+            bulk("soon"),
+        ]);
+        assert_eq!(
+            read_clock_notes(resp2, 1_000_000),
+            [("run-a".to_owned(), 500), ("run-b".to_owned(), -1000)]
+        );
+        let resp3 = Value::Map(vec![(bulk("run-a"), bulk("1000500"))]);
+        assert_eq!(
+            read_clock_notes(resp3, 1_000_000),
+            [("run-a".to_owned(), 500)]
+        );
+        assert!(read_clock_notes(Value::Nil, 0).is_empty());
+    }
+
+    /// A cluster is judged as one server made of its primaries: any
+    /// primary's change (a restart, a promotion) changes its incarnation;
+    /// the order the topology lists them in does not.
+    #[test]
+    fn a_cluster_is_one_incarnation_of_all_its_primaries() {
+        let primary = |run_id: &str, up: u64| Identity {
+            run_id: Some(run_id.into()),
+            replid: Some(format!("x{run_id}")),
+            uptime: Some(Duration::from_secs(up)),
+            role: Some("master".into()),
+            durable: true,
+            record: vec![format!("seen-by-{run_id}")],
+            ..Identity::default()
+        };
+        let at = |address: &str, identity: Identity| (Some(address.to_owned()), identity);
+        let both = combine(vec![
+            at("h:1", primary("b", 50)),
+            at("h:2", primary("a", 90)),
+        ]);
+        assert_eq!(both.incarnation().as_deref(), Some("a,b/xa,xb"));
+        assert_eq!(both.uptime, Some(Duration::from_secs(50)));
+        assert!(both.durable && !both.promoted && !both.cluster_enabled);
+        assert_eq!(both.record, ["seen-by-a", "seen-by-b"]);
+        let reordered = combine(vec![
+            at("h:2", primary("a", 90)),
+            at("h:1", primary("b", 50)),
+        ]);
+        assert_eq!(reordered.incarnation(), both.incarnation());
+        let failed_over = combine(vec![
+            at("h:2", primary("a", 90)),
+            at(
+                "h:3",
+                Identity {
+                    promoted: true,
+                    durable: false,
+                    ..primary("c", 500)
+                },
+            ),
+        ]);
+        assert_ne!(failed_over.incarnation(), both.incarnation());
+        assert!(failed_over.promoted && !failed_over.durable);
+        let demoted = combine(vec![
+            at("h:2", primary("a", 90)),
+            at(
+                "h:1",
+                Identity {
+                    role: Some("slave".into()),
+                    ..primary("b", 50)
+                },
+            ),
+        ]);
+        assert_eq!(demoted.role.as_deref(), Some("slave"));
+    }
+}
