@@ -26,7 +26,7 @@
 //! server). A holder's key can also vanish without a change this client
 //! sees (a `FLUSHALL`, a server changed behind a proxy that kept the
 //! client's connection open): then the lock is told lost at its next
-//! extension or at its expiry, as before.
+//! extension or at its expiry.
 
 use std::sync::Arc;
 use std::sync::Mutex;

@@ -43,7 +43,7 @@
 //!   on the server. With 64 concurrent lock + unlock cycles on one node, the
 //!   client's CPU per cycle falls by about 40 % and the server's by about
 //!   30 % (see the README's performance section). A lone caller's command
-//!   goes out at once, as before. `rediss://` nodes connect through the
+//!   goes out at once. `rediss://` nodes connect through the
 //!   `redis` crate, which spawns its own driver: their writes are not
 //!   coalesced.
 
@@ -596,11 +596,11 @@ where
 ///   calls: one write for all would leave each side idle while the other
 ///   works.
 ///
-/// Nothing here decides a vote: the calls and their timers are as before,
-/// and a command written later only leaves its round less validity (which
-/// counts from before the command was queued). The driver ends as before:
-/// when every handle of the connection is dropped (its channel closes) or
-/// the connection fails.
+/// Nothing here decides a vote: the calls and their timers are the
+/// driver's own, and a command written later only leaves its round less
+/// validity (which counts from before the command was queued). The driver
+/// ends when every handle of the connection is dropped (its channel
+/// closes) or the connection fails.
 pub(crate) struct Coalescing {
     driver: Driver,
     traffic: Arc<Traffic>,

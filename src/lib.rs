@@ -192,7 +192,7 @@
 //! reservation and publishes its id on that waiter's client's own channel
 //! (only its process hears it). The queue only ever withholds a grant:
 //! no node ever sets the key over another token, so mutual exclusion rests
-//! on the quorum as before. Waiting costs the nodes nothing per waiter: an
+//! on the quorum alone. Waiting costs the nodes nothing per waiter: an
 //! entry lives while its *client* does, kept by one heartbeat per client
 //! and node (`session.rs`), so a flash sale of thousands of waiters is
 //! served at the pace of a few. A client that dies stops blocking the

@@ -26,7 +26,7 @@
 //!   is dead (its liveness key gone): each entry is dropped once, so the
 //!   work is O(log n) per call over time, and a dead client's hundreds of
 //!   entries go at the first look after its key expired.
-//! - A release (`scripts::RELEASE`, token-checked as before) does not just
+//! - A release (`scripts::RELEASE`, token-checked) does not just
 //!   delete `K` when someone waits: it replaces our token with a reservation
 //!   for the first live waiter, `quorlock-next:<waiter id>`, that lives as
 //!   long as that waiter's client's liveness key, and publishes the waiter id
@@ -150,7 +150,7 @@
 //! # Costs
 //!
 //! Uncontended, a lock is one `SET NX` per node to take and one script call
-//! to give back, as before; the release script settles "our key, nobody
+//! to give back; the release script settles "our key, nobody
 //! waits" (our token unmarked) with the commands of a plain
 //! compare-and-delete, `GET` and `DEL`, before any of the queue's Lua is
 //! defined. A waiter costs a round to join (two when the nodes gave it
