@@ -92,7 +92,7 @@ impl Config {
     /// jitter) when longer, so that the writer's next round renews it first.
     pub(crate) fn intent_ms(&self) -> u64 {
         let rounds = (self.retry_delay + self.retry_jitter).saturating_mul(3);
-        let lifetime = crate::queue::WAITER_LIFETIME.max(rounds);
+        let lifetime = crate::queue::entries::WAITER_LIFETIME.max(rounds);
         u64::try_from(lifetime.as_millis()).unwrap_or(u64::MAX)
     }
 

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::meter;
 use crate::node::Node;
 use crate::notify::{Gates, Notifications};
-use crate::queue::{self, Place};
+use crate::queue::entries::{self as queue, Place};
 use crate::quorum::{self, Ttl};
 use crate::request::WRITE_SUFFIX;
 use crate::request::{GATE_SUFFIX, INTENT_SUFFIX, LEADER_SUFFIX, PERMIT_INFIX, READ_SUFFIX};
@@ -100,7 +100,7 @@ pub(crate) struct Engine {
     /// This client's liveness on the nodes, for its waiters (see `session.rs`).
     pub(crate) session: Arc<Session>,
     /// Which keys `lock` last found taken.
-    pub(crate) busy: queue::Busy,
+    pub(crate) busy: crate::queue::busy::Busy,
     /// Permits for the client's joins in flight (see
     /// [`queue::JOIN_ROUNDS_IN_FLIGHT`]).
     pub(crate) join_rounds: tokio::sync::Semaphore,
@@ -163,7 +163,7 @@ impl Engine {
                 standings,
                 notifications,
                 session,
-                busy: queue::Busy::new(),
+                busy: crate::queue::busy::Busy::new(),
                 join_rounds: tokio::sync::Semaphore::new(queue::JOIN_ROUNDS_IN_FLIGHT),
                 claim_rounds: tokio::sync::Semaphore::new(queue::CLAIM_ROUNDS_IN_FLIGHT),
                 look_rounds: tokio::sync::Semaphore::new(queue::LOOK_ROUNDS_IN_FLIGHT),

@@ -14,11 +14,12 @@ use crate::answer::NodeError;
 use crate::engine::{Engine, To};
 use crate::error::{Error, LostReason, Result, show_resources};
 use crate::lease::{self, Ending, Lease};
-use crate::queue::Place;
+use crate::queue::entries::Place;
 use crate::quorum::Unlocked;
 use crate::request::LockId;
 use crate::round::Until;
 use crate::tasks;
+use crate::tasks::Left;
 
 /// A held lock.
 ///
@@ -226,7 +227,7 @@ impl LockGuard {
         let _permit = crate::engine::lane_permit(&self.engine.unlocks, None).await;
         let mut round = tasks::in_span!(
             span.clone(),
-            (self.engine).release(&self.lock, Place::None, To::All, Until::QuorumOrAll)
+            (self.engine).release(&self.lock, Place::NoEntry, To::All, Until::QuorumOrAll)
         );
         self.armed = false;
         let (votes, last_error) = round.tally();
@@ -393,14 +394,13 @@ impl Drop for LockGuard {
         let (engine, lock) = (self.engine.clone(), self.lock.clone());
         let release = async move {
             engine
-                .release(&lock, Place::None, To::All, Until::QuorumOrAll)
+                .release(&lock, Place::NoEntry, To::All, Until::QuorumOrAll)
                 .await;
         };
-        if !self.engine.background.spawn(release) {
-            tracing::warn!(
-                resource = %self.shown_resource(),
-                "lock guard dropped outside a tokio runtime; its keys expire by their ttl"
-            );
-        }
+        let left = Left::Keys {
+            call: "lock guard",
+            resource: &|| self.shown_resource(),
+        };
+        self.engine.background.spawn_or_leave(release, left);
     }
 }

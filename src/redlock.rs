@@ -10,13 +10,12 @@ use std::time::Duration;
 
 use redis::Client;
 
-use crate::acquire::{acquire, acquire_rw};
+use crate::acquire::{RwSide, Waits, acquire, acquire_rw};
 use crate::config::RedlockBuilder;
 use crate::election::{self, Leader, LeaderEvent, Leadership};
 use crate::engine::{self, Engine};
 use crate::error::{BuildError, Error, Result};
 use crate::guard::LockGuard;
-use crate::queue;
 use crate::quorum;
 use crate::request;
 use crate::semaphore::Semaphore;
@@ -72,14 +71,14 @@ impl Redlock {
     /// queues live while it does, so a client that died, with however many
     /// waiters, stops blocking the others within this time and one
     /// [`REFRESH_INTERVAL`](Self::REFRESH_INTERVAL).
-    pub const WAITER_LIFETIME: Duration = queue::WAITER_LIFETIME;
+    pub const WAITER_LIFETIME: Duration = crate::queue::entries::WAITER_LIFETIME;
 
     /// How often a client with waiting `lock` calls renews its liveness key
     /// on each node (one heartbeat per client, not per waiter), and the
     /// shortest time between its checks of a key its waiters wait on; with
     /// [`release_notifications`](crate::RedlockBuilder::release_notifications)
     /// off, also how often a waiting call makes a round.
-    pub const REFRESH_INTERVAL: Duration = queue::REFRESH_INTERVAL;
+    pub const REFRESH_INTERVAL: Duration = crate::queue::entries::REFRESH_INTERVAL;
 
     /// What follows the key prefix in the keys of each node's *record*: a
     /// set of the `run_id`s of the node incarnations, on any node of the
@@ -236,7 +235,7 @@ impl Redlock {
     /// [`flush`](Self::flush) waits for that; a runtime that shuts down first
     /// cuts it short, and the keys then expire by their TTL.
     pub async fn lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<LockGuard> {
-        let waits = self.engine.config.retries() > 0;
+        let waits = Waits::as_configured(&self.engine.config);
         acquire(&self.engine, resource.as_ref(), ttl, waits).await
     }
 
@@ -252,7 +251,7 @@ impl Redlock {
     ///
     /// As [`lock`](Self::lock).
     pub async fn try_lock(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<LockGuard> {
-        acquire(&self.engine, resource.as_ref(), ttl, false).await
+        acquire(&self.engine, resource.as_ref(), ttl, Waits::No).await
     }
 
     /// Takes the locks on every one of `resources` at once, all or none, as
@@ -301,7 +300,7 @@ impl Redlock {
         I: IntoIterator<Item = R>,
         R: AsRef<[u8]>,
     {
-        let waits = self.engine.config.retries() > 0;
+        let waits = Waits::as_configured(&self.engine.config);
         let resources: Vec<R> = resources.into_iter().collect();
         let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
         acquire_all(&self.engine, &names, ttl, waits).await
@@ -324,7 +323,7 @@ impl Redlock {
     {
         let resources: Vec<R> = resources.into_iter().collect();
         let names: Vec<&[u8]> = resources.iter().map(AsRef::as_ref).collect();
-        acquire_all(&self.engine, &names, ttl, false).await
+        acquire_all(&self.engine, &names, ttl, Waits::No).await
     }
 
     /// Takes a read hold of the read-write lock on `resource`: any number of
@@ -359,8 +358,8 @@ impl Redlock {
     ///
     /// As [`lock`](Self::lock).
     pub async fn read(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<LockGuard> {
-        let waits = self.engine.config.retries() > 0;
-        acquire_rw(&self.engine, resource.as_ref(), ttl, waits, false).await
+        let waits = Waits::as_configured(&self.engine.config);
+        acquire_rw(&self.engine, resource.as_ref(), ttl, waits, RwSide::Read).await
     }
 
     /// Makes one round for a read hold (as [`read`](Self::read)).
@@ -373,7 +372,14 @@ impl Redlock {
     ///
     /// As [`lock`](Self::lock).
     pub async fn try_read(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<LockGuard> {
-        acquire_rw(&self.engine, resource.as_ref(), ttl, false, false).await
+        acquire_rw(
+            &self.engine,
+            resource.as_ref(),
+            ttl,
+            Waits::No,
+            RwSide::Read,
+        )
+        .await
     }
 
     /// Takes the write hold of the read-write lock on `resource` (see
@@ -407,8 +413,8 @@ impl Redlock {
     ///
     /// As [`lock`](Self::lock); the intent is removed in the background.
     pub async fn write(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<LockGuard> {
-        let waits = self.engine.config.retries() > 0;
-        acquire_rw(&self.engine, resource.as_ref(), ttl, waits, true).await
+        let waits = Waits::as_configured(&self.engine.config);
+        acquire_rw(&self.engine, resource.as_ref(), ttl, waits, RwSide::Write).await
     }
 
     /// Makes one round for the write hold (as [`write`](Self::write)),
@@ -422,7 +428,14 @@ impl Redlock {
     ///
     /// As [`lock`](Self::lock).
     pub async fn try_write(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<LockGuard> {
-        acquire_rw(&self.engine, resource.as_ref(), ttl, false, true).await
+        acquire_rw(
+            &self.engine,
+            resource.as_ref(),
+            ttl,
+            Waits::No,
+            RwSide::Write,
+        )
+        .await
     }
 
     /// Takes the lock (as [`lock`](Self::lock)), runs `work` under it (as

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::queue::Place;
+use crate::queue::entries::Place;
 
 /// The other keys of a lock on several resources (see [`Shape::All`]).
 pub(crate) type OtherKeys = Arc<[Arc<[u8]>]>;

@@ -642,7 +642,7 @@ mod tests {
     fn the_scripts_mark_reservations_as_the_client_reads_them() {
         let marked = format!(
             "local reserved_prefix = \"{}\"",
-            crate::queue::RESERVED_PREFIX
+            crate::queue::entries::RESERVED_PREFIX
         );
         assert!(WAIT_CODE.contains(&marked) && RELEASE_CODE.contains(&marked));
     }
@@ -682,12 +682,12 @@ mod tests {
 
     #[test]
     fn the_scripts_name_the_queue_keys_as_the_client_refuses_them() {
-        let suffix = String::from_utf8_lossy(crate::queue::QUEUE_SUFFIX);
+        let suffix = String::from_utf8_lossy(crate::queue::entries::QUEUE_SUFFIX);
         let named = format!("return key .. \"{suffix}\"");
         for code in [WAIT_CODE, RELEASE_CODE, RELEASE_ALL_CODE, HEARTBEAT_CODE] {
             assert!(code.contains(&named));
         }
-        let lifetime = crate::queue::QUEUE_LIFETIME.as_millis();
+        let lifetime = crate::queue::entries::QUEUE_LIFETIME.as_millis();
         assert!(WAIT_CODE.contains(&format!("local queue_lifetime = {lifetime}\n")));
     }
 }

@@ -49,7 +49,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use rand::RngExt;
 
-use crate::acquire::{Fencing, How, acquire_key};
+use crate::acquire::{Fencing, How, Waits, acquire_key};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
@@ -255,7 +255,7 @@ impl Semaphore {
         let mut last = None;
         for chunk in order.chunks(TRIED_AT_ONCE) {
             let tries = chunk.iter().map(|&slot| {
-                let how = How::plain(&self.engine, false);
+                let how = How::plain(&self.engine, Waits::No);
                 let key = self.slots[slot].clone();
                 async move {
                     (

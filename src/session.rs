@@ -64,7 +64,7 @@ use std::time::{Duration, Instant};
 
 use crate::node::Node;
 use crate::notify::Notifications;
-use crate::queue::{REFRESH_INTERVAL, WAITER_LIFETIME, lifetime_ms};
+use crate::queue::entries::{REFRESH_INTERVAL, WAITER_LIFETIME, lifetime_ms};
 use crate::tasks;
 
 /// The longest a client goes without checking a lock key it waits on. At
@@ -374,7 +374,7 @@ mod tests {
 
     #[test]
     fn a_client_is_checked_well_within_its_lifetime() {
-        use crate::queue::QUEUE_LIFETIME;
+        use crate::queue::entries::QUEUE_LIFETIME;
         assert!(REFRESH_INTERVAL * 3 < WAITER_LIFETIME);
         assert!(REFRESH_INTERVAL < MAX_CHECK && MAX_CHECK <= WAITER_LIFETIME);
         assert!(MAX_CHECK * 10 < QUEUE_LIFETIME);

@@ -80,7 +80,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::acquire::{Fencing, How, kind, retry_delay, start, take};
+use crate::acquire::{Fencing, How, Waits, kind, retry_delay, start, take};
 use crate::engine::Engine;
 use crate::error::{Error, Result, show_resources};
 use crate::guard::LockGuard;
@@ -88,14 +88,14 @@ use crate::meter::Meter;
 use crate::request::{OtherKeys, Shape};
 
 /// Takes the locks on every one of `resources` at once, all or none: one
-/// round for `try_lock_all` (`waits` false), or, for `lock_all`, that round
+/// round for `try_lock_all` ([`Waits::No`]), or, for `lock_all`, that round
 /// and then the queues of its keys until the call's patience ends (see the
 /// module docs).
 pub(crate) async fn acquire_all(
     engine: &Arc<Engine>,
     resources: &[&[u8]],
     ttl: Duration,
-    waits: bool,
+    waits: Waits,
 ) -> Result<LockGuard> {
     let Members { keys, names } = members(engine, resources)?;
     let Some((key, others)) = keys.split_first() else {
@@ -114,13 +114,13 @@ pub(crate) async fn acquire_all(
         .await;
     }
     let shape = Shape::All(OtherKeys::from(others));
-    if !waits {
+    if waits == Waits::No {
         return start(
             engine,
             &names,
             (key.clone(), shape),
             ttl,
-            How::plain(engine, false),
+            How::plain(engine, Waits::No),
         )
         .await;
     }
@@ -215,7 +215,7 @@ impl Set<'_> {
         let deadline = called
             .checked_add(config.patience())
             .unwrap_or_else(|| called + Duration::from_secs(86_400));
-        let at_once = self.round(How::plain(self.engine, false), called).await;
+        let at_once = self.round(How::plain(self.engine, Waits::No), called).await;
         match at_once {
             Err(err) if worth_another(&err) => {}
             taken => return taken,

@@ -157,7 +157,7 @@ impl LockStatus {
 /// [`LockStatus::TOKEN_PREFIX_LEN`] characters, or for a lock handed on to a waiter in
 /// the queue, `next:` and the first characters of the waiter's id.
 fn prefix(token: &str) -> String {
-    match token.strip_prefix(crate::queue::RESERVED_PREFIX) {
+    match token.strip_prefix(crate::queue::entries::RESERVED_PREFIX) {
         Some(waiter) => format!(
             "next:{}",
             waiter.chars().take(TOKEN_PREFIX_LEN).collect::<String>()

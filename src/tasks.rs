@@ -97,6 +97,27 @@ pub(crate) async fn wait_until(
     }
 }
 
+/// What background work that found no runtime leaves on the nodes, to
+/// expire by itself (see [`Background::spawn_or_leave`]).
+#[derive(Clone, Copy)]
+pub(crate) enum Left<'a> {
+    /// Entries that live briefly (queue entries, a writer's intent): worth
+    /// a debug line.
+    Entries {
+        /// The call that ended (`"lock call"`).
+        call: &'static str,
+        /// What it leaves (`"its queue entries"`).
+        what: &'static str,
+    },
+    /// A lock's keys, until their TTL: worth a warning.
+    Keys {
+        /// The call or guard that was dropped (`"lock guard"`).
+        call: &'static str,
+        /// The lock's resource, as errors show it: made only when needed.
+        resource: &'a dyn Fn() -> String,
+    },
+}
+
 /// Counts a client's background tasks. Cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Background {
@@ -136,6 +157,26 @@ impl Background {
             let _running = running;
             task.await;
         })
+    }
+
+    /// Runs `task` as counted background work, or, outside a runtime (where
+    /// it cannot run), says what is `left` to expire by itself.
+    pub(crate) fn spawn_or_leave<F>(&self, task: F, left: Left<'_>)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        if self.spawn(task) {
+            return;
+        }
+        match left {
+            Left::Entries { call, what } => {
+                tracing::debug!("{call} ended outside a tokio runtime: {what} expire");
+            }
+            Left::Keys { call, resource } => tracing::warn!(
+                resource = %resource(),
+                "{call} dropped outside a tokio runtime; its keys expire by their ttl"
+            ),
+        }
     }
 
     /// Waits until no counted task runs. Cancel safe.

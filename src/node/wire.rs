@@ -6,7 +6,7 @@ use std::sync::Arc;
 use redis::{Cmd, Script};
 
 use super::reply::Reply;
-use crate::queue::{self, Place};
+use crate::queue::entries::{self as queue, Place};
 use crate::request::{LockId, Request, RwKeys, Shape};
 use crate::scripts;
 
@@ -383,10 +383,10 @@ pub(super) fn script(cmd: Cmd, script: &'static Script) -> Call {
     }
 }
 
-/// The release script's arguments for a waiter's entry (none for `Place::None`).
+/// The release script's arguments for a waiter's entry (none for `Place::NoEntry`).
 pub(super) fn place_args(cmd: &mut Cmd, place: &Place) {
     match place {
-        Place::None => {}
+        Place::NoEntry => {}
         Place::Keep(waiter, ticket) => {
             cmd.arg(&**waiter).arg(*ticket).arg(queue::lifetime_ms());
         }

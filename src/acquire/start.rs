@@ -1,0 +1,146 @@
+//! The start of every acquire call: its deadline, the first contact with
+//! the nodes, its span and metrics, and the [`Acquisition`] it runs.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::acquisition::Acquisition;
+use super::how::How;
+use super::rw::Intent;
+use crate::answer::Answer;
+use crate::engine::Engine;
+use crate::error::{Error, Result, show_resources};
+use crate::guard::LockGuard;
+use crate::meter::Meter;
+use crate::queue::waiter::Waiting;
+use crate::quorum::Votes;
+use crate::request::{LockId, Shape};
+use crate::standing::NotReady;
+use crate::tasks;
+
+/// The start shared by [`acquire`], [`acquire_rw`] and a lock on several
+/// resources (`sets.rs`): the lock's key (the first of several) is
+/// checked, and `shape` says what kind of lock it is; `how` how it waits
+/// and whether it is fenced.
+pub(crate) async fn start(
+    engine: &Arc<Engine>,
+    resources: &[&[u8]],
+    (key, shape): (Arc<[u8]>, Shape),
+    ttl: Duration,
+    how: How,
+) -> Result<LockGuard> {
+    let called = Instant::now();
+    let resource_label = engine.config.metrics_resource_label;
+    let meter = Meter::new(
+        kind(&shape),
+        resource_label.then(|| show_resources(resources).into()),
+    );
+    let taken = take(
+        engine,
+        resources,
+        (key, shape),
+        ttl,
+        how,
+        (called, meter.clone()),
+    )
+    .await;
+    match &taken {
+        Ok(_) => meter.acquired(called),
+        Err(err) => meter.failed(err),
+    }
+    taken
+}
+
+/// The `kind` label of a lock's metrics.
+pub(crate) fn kind(shape: &Shape) -> &'static str {
+    match shape {
+        Shape::One => "lock",
+        Shape::All(_) => "lock_all",
+        Shape::Read(_) => "read",
+        Shape::Write { .. } => "write",
+    }
+}
+
+/// [`start`] without the metrics, for a call made at `called`, with the
+/// guard's metrics in `meter`.
+pub(crate) async fn take(
+    engine: &Arc<Engine>,
+    resources: &[&[u8]],
+    (key, shape): (Arc<[u8]>, Shape),
+    ttl: Duration,
+    how: How,
+    (called, meter): (Instant, Meter),
+) -> Result<LockGuard> {
+    let config = &engine.config;
+    let waits = how.patience.is_some();
+    let deadline = match how.patience {
+        Some(patience) => {
+            Some((called.checked_add(patience)).unwrap_or_else(|| called + config.patience()))
+        }
+        None => config
+            .acquire_timeout
+            .and_then(|timeout| called.checked_add(timeout)),
+    };
+    let ttl = engine.ttl(ttl)?;
+    Error::ensure_runtime()?;
+    first_contact(engine, resources, deadline).await?;
+    let span = tracing::debug_span!("quorlock.lock", resource = %show_resources(resources), ttl_ms = ttl.millis);
+    // Only a plain lock queues; the others retry.
+    let queues = waits && matches!(shape, Shape::One);
+    let intent = match &shape {
+        Shape::Write {
+            keys,
+            intent: Some(id),
+            ..
+        } => Some(Intent {
+            engine: engine.clone(),
+            entry: LockId::plain(keys.intent.clone(), id.clone()),
+            left: false,
+        }),
+        _ => None,
+    };
+    let acquisition = Acquisition {
+        engine,
+        waiting: queues.then(|| Waiting::new(engine, &key)),
+        retries: waits && !queues,
+        intent,
+        key,
+        shape,
+        resources,
+        ttl,
+        deadline,
+        attempt: 0,
+        claiming: false,
+        meter,
+        fencing: how.fencing,
+        gathers: how.gathers,
+    };
+    tasks::in_span!(span, acquisition.run())
+}
+
+/// A client's first call waits for its first checks of the nodes; no round
+/// starts after the deadline.
+async fn first_contact(
+    engine: &Engine,
+    resources: &[&[u8]],
+    deadline: Option<Instant>,
+) -> Result<()> {
+    match engine.first_contact(deadline).await {
+        Ok(()) => Ok(()),
+        Err(NotReady::Misconfigured(reason)) => Err(Error::Misconfigured { reason }),
+        Err(NotReady::DeadlinePassed(unchecked)) => {
+            let mut votes = Votes::new(engine.nodes.len());
+            for err in &unchecked {
+                votes.record(&Answer::Failed(err.clone()));
+            }
+            Err(Error::Unavailable {
+                resource: show_resources(resources),
+                votes,
+                attempts: 0,
+                source: unchecked.last().cloned(),
+                not_counted: unchecked.into_boxed_slice(),
+                failed: Box::default(),
+            })
+        }
+    }
+}
