@@ -9,13 +9,12 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisError};
 
 use super::coalescing::{Coalescing, Driver, Traffic};
-use super::link::Failure;
 use crate::answer::NodeErrorKind;
 use crate::shards::{Connection, Shards};
 use crate::target::ClusterSeeds;
 
 /// The failure of a connection attempt that got an error.
-pub(super) fn connect_failure(err: RedisError, timeout: Duration) -> Failure {
+pub(super) fn connect_failure(err: RedisError, timeout: Duration) -> NodeErrorKind {
     if err.is_timeout() {
         NodeErrorKind::ConnectTimeout(timeout)
     } else {
@@ -33,7 +32,7 @@ pub(super) async fn connect_cluster(
     traffic: Arc<Traffic>,
     closed: impl Fn() + Clone + Send + Sync + 'static,
     timeout: Duration,
-) -> Result<Connection, Failure> {
+) -> Result<Connection, NodeErrorKind> {
     let topology = seeds.topology(timeout).await?;
     let unserved = topology.unserved();
     if unserved > 0 {
