@@ -1,160 +1,14 @@
-//! Configuration: the options a [`RedlockBuilder`] collects (defaults as
-//! its associated constants), checked into a [`Config`] that the engine runs
-//! on. Making the client out of them, [`RedlockBuilder::build`], belongs to
-//! the client (`redlock.rs`), which this file does not know.
+//! [`RedlockBuilder`]: the options of a client, each with its default as an
+//! associated constant and its range, checked into a [`Config`].
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Client, ConnectionAddr};
 
+use super::options::{self, Config};
+use super::url::open_url;
 use crate::error::BuildError;
-use crate::quorum::MAX_TTL;
-use crate::target::{CLUSTER_SCHEME, ClusterSeeds, SENTINEL_SCHEME, Sentinels, Target};
-
-/// The longest retry delay, retry jitter, per-node or connect timeout accepted.
-const MAX_DELAY_OPTION: Duration = Duration::from_secs(3600);
-
-/// The options of a client, checked by [`RedlockBuilder::validate`].
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub(crate) retry_count: Option<u32>,
-    pub(crate) acquire_timeout: Option<Duration>,
-    pub(crate) retry_delay: Duration,
-    pub(crate) retry_jitter: Duration,
-    pub(crate) node_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) drift_factor: f64,
-    pub(crate) key_prefix: Arc<[u8]>,
-    pub(crate) auto_extend: bool,
-    pub(crate) max_hold: Duration,
-    pub(crate) max_extensions: Option<u32>,
-    /// Whether locks carry fencing tokens.
-    pub(crate) fencing: bool,
-    /// The key of each node's fencing counter (used with fencing on).
-    pub(crate) fencing_counter_key: Arc<[u8]>,
-    pub(crate) release_notifications: bool,
-    pub(crate) restart_grace: Duration,
-    /// The largest clock step not seen (zero: steps are not watched).
-    pub(crate) clock_tolerance: Duration,
-    pub(crate) trust_durable_nodes: bool,
-    pub(crate) strict_restarts: bool,
-    /// How many replicas must acknowledge a grant (`WAIT`) before it counts.
-    pub(crate) replica_acks: u32,
-    /// Whether metrics carry a `resource` label.
-    pub(crate) metrics_resource_label: bool,
-    /// Keys are laid out for Redis Cluster (some node is a cluster: see
-    /// `cluster.rs`).
-    pub(crate) slotted: bool,
-}
-
-impl Config {
-    /// With fencing on, the key of the fencing counter of the lock whose
-    /// key is `key`: each node's one counter, or in the slotted layout the
-    /// counter of `key`'s hash tag (see `cluster.rs`); `None` with fencing
-    /// off.
-    pub(crate) fn counter_key(&self, key: &[u8]) -> Option<Arc<[u8]>> {
-        self.counter_key_when(key, self.fencing)
-    }
-
-    /// [`counter_key`](Self::counter_key), for a lock that is `fenced`
-    /// whatever the client's setting (a leader's term is its fencing token).
-    pub(crate) fn counter_key_when(&self, key: &[u8], fenced: bool) -> Option<Arc<[u8]>> {
-        if !fenced {
-            return None;
-        }
-        if !self.slotted {
-            return Some(self.fencing_counter_key.clone());
-        }
-        let mut counter = crate::cluster::live_key_start(&self.key_prefix, key);
-        counter.extend_from_slice(crate::cluster::FENCE_INFIX.as_bytes());
-        Some(counter.into())
-    }
-
-    /// The resource name in `key`, a key this client made: what follows
-    /// the prefix (in the slotted layout, without the braces the name was
-    /// wrapped in, if it was).
-    pub(crate) fn resource_of<'a>(&self, key: &'a [u8]) -> &'a [u8] {
-        let name = key.get(self.key_prefix.len()..).unwrap_or(key);
-        if self.slotted
-            && let Some(inner) = name
-                .strip_prefix(b"{")
-                .and_then(|name| name.strip_suffix(b"}"))
-            && crate::cluster::slotted_key(&self.key_prefix, inner).is_ok_and(|made| made == key)
-        {
-            return inner;
-        }
-        name
-    }
-
-    /// How long a waiting writer's intent lives after the round that left it,
-    /// in ms: the waiter lifetime, or three retry delays (with their
-    /// jitter) when longer, so that the writer's next round renews it first.
-    pub(crate) fn intent_ms(&self) -> u64 {
-        let rounds = (self.retry_delay + self.retry_jitter).saturating_mul(3);
-        let lifetime = crate::queue::entries::WAITER_LIFETIME.max(rounds);
-        u64::try_from(lifetime.as_millis()).unwrap_or(u64::MAX)
-    }
-
-    /// Retries allowed after the first round: the configured count; with none
-    /// configured, the default, or no limit when an acquire timeout bounds the wait.
-    /// Zero makes `lock` one round; otherwise [`patience`](Self::patience) bounds it.
-    pub(crate) fn retries(&self) -> u32 {
-        match (self.retry_count, self.acquire_timeout) {
-            (Some(count), _) => count,
-            (None, Some(_)) => u32::MAX,
-            (None, None) => RedlockBuilder::DEFAULT_RETRY_COUNT,
-        }
-    }
-
-    /// How long `lock` waits, from the call: the acquire timeout, or
-    /// `retry_count × retry_delay` (2 s with the defaults), whichever is
-    /// shorter when both are set; at most an hour, and at least one round.
-    pub(crate) fn patience(&self) -> Duration {
-        let by_count = self
-            .retry_delay
-            .saturating_mul(self.retries())
-            .min(MAX_PATIENCE);
-        match (self.retry_count, self.acquire_timeout) {
-            (None, Some(timeout)) => timeout.min(MAX_PATIENCE),
-            (Some(_), Some(timeout)) => timeout.min(by_count),
-            (_, None) => by_count,
-        }
-    }
-}
-
-/// The longest a `lock` call waits, whatever the options say.
-const MAX_PATIENCE: Duration = Duration::from_secs(3600);
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            retry_count: None,
-            acquire_timeout: None,
-            retry_delay: RedlockBuilder::DEFAULT_RETRY_DELAY,
-            retry_jitter: RedlockBuilder::DEFAULT_RETRY_JITTER,
-            node_timeout: RedlockBuilder::DEFAULT_NODE_TIMEOUT,
-            connect_timeout: RedlockBuilder::DEFAULT_CONNECT_TIMEOUT,
-            drift_factor: RedlockBuilder::DEFAULT_DRIFT_FACTOR,
-            key_prefix: RedlockBuilder::DEFAULT_KEY_PREFIX.as_bytes().into(),
-            auto_extend: true,
-            max_hold: RedlockBuilder::DEFAULT_MAX_HOLD,
-            max_extensions: None,
-            metrics_resource_label: false,
-            slotted: false,
-            fencing: false,
-            fencing_counter_key: RedlockBuilder::DEFAULT_FENCING_COUNTER_KEY
-                .as_bytes()
-                .into(),
-            release_notifications: true,
-            restart_grace: RedlockBuilder::DEFAULT_RESTART_GRACE,
-            clock_tolerance: RedlockBuilder::DEFAULT_CLOCK_TOLERANCE,
-            trust_durable_nodes: true,
-            replica_acks: 0,
-            strict_restarts: false,
-        }
-    }
-}
+use crate::target::Target;
 
 #[derive(Debug)]
 enum Nodes {
@@ -196,7 +50,7 @@ pub struct RedlockBuilder {
 
 impl RedlockBuilder {
     /// Default retries after the first round when no acquire timeout is set.
-    pub const DEFAULT_RETRY_COUNT: u32 = 10;
+    pub const DEFAULT_RETRY_COUNT: u32 = options::DEFAULT_RETRY_COUNT;
     /// Default pause between rounds, before jitter.
     pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
     /// Default jitter: each pause is drawn uniformly from `delay ± jitter`.
@@ -222,7 +76,7 @@ impl RedlockBuilder {
     pub const DEFAULT_CLOCK_TOLERANCE: Duration = Duration::from_millis(100);
     /// Default key of each node's fencing counter (one per node, shared by
     /// all resources), used with [`fencing`](Self::fencing) on.
-    pub const DEFAULT_FENCING_COUNTER_KEY: &'static str = "quorlock-fencing-counter";
+    pub const DEFAULT_FENCING_COUNTER_KEY: &'static str = options::DEFAULT_FENCING_COUNTER_KEY;
 
     pub(crate) fn from_urls<I, S>(urls: I) -> Self
     where
@@ -562,129 +416,32 @@ impl RedlockBuilder {
     }
 }
 
-impl Config {
-    /// Refuses what the slotted layout cannot serve (see `cluster.rs`): a
-    /// key prefix that would take the resources' hash tags, and one fencing
-    /// counter for every resource.
-    fn check_slotted(&self) -> Result<(), BuildError> {
-        if let Some(problem) = crate::cluster::prefix_problem(&self.key_prefix) {
-            return Err(invalid_option("key_prefix", &problem));
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            retry_count: None,
+            acquire_timeout: None,
+            retry_delay: RedlockBuilder::DEFAULT_RETRY_DELAY,
+            retry_jitter: RedlockBuilder::DEFAULT_RETRY_JITTER,
+            node_timeout: RedlockBuilder::DEFAULT_NODE_TIMEOUT,
+            connect_timeout: RedlockBuilder::DEFAULT_CONNECT_TIMEOUT,
+            drift_factor: RedlockBuilder::DEFAULT_DRIFT_FACTOR,
+            key_prefix: RedlockBuilder::DEFAULT_KEY_PREFIX.as_bytes().into(),
+            auto_extend: true,
+            max_hold: RedlockBuilder::DEFAULT_MAX_HOLD,
+            max_extensions: None,
+            metrics_resource_label: false,
+            slotted: false,
+            fencing: false,
+            fencing_counter_key: RedlockBuilder::DEFAULT_FENCING_COUNTER_KEY
+                .as_bytes()
+                .into(),
+            release_notifications: true,
+            restart_grace: RedlockBuilder::DEFAULT_RESTART_GRACE,
+            clock_tolerance: RedlockBuilder::DEFAULT_CLOCK_TOLERANCE,
+            trust_durable_nodes: true,
+            replica_acks: 0,
+            strict_restarts: false,
         }
-        if *self.fencing_counter_key != *RedlockBuilder::DEFAULT_FENCING_COUNTER_KEY.as_bytes() {
-            return Err(invalid_option(
-                "fencing_counter_key",
-                "with a Redis Cluster node, each hash tag has its own fencing counter \
-                 (<prefix>{<tag>}quorlock-fence): one counter for every resource would \
-                 live in one slot",
-            ));
-        }
-        Ok(())
-    }
-
-    /// Refuses options out of range.
-    fn check(&self) -> Result<(), BuildError> {
-        if !(0.0..1.0).contains(&self.drift_factor) {
-            return Err(BuildError::InvalidDriftFactor {
-                value: self.drift_factor,
-            });
-        }
-        if self.fencing_counter_key.is_empty() {
-            return Err(invalid_option("fencing_counter_key", "must not be empty"));
-        }
-        if self.node_timeout.is_zero() {
-            return Err(invalid_option("node_timeout", "must be above zero"));
-        }
-        if self.connect_timeout.is_zero() {
-            return Err(invalid_option("connect_timeout", "must be above zero"));
-        }
-        if self.restart_grace > MAX_TTL {
-            return Err(invalid_option("restart_grace", "must be at most 365 days"));
-        }
-        if self.clock_tolerance > Duration::from_secs(3600) {
-            return Err(invalid_option("clock_tolerance", "must be at most 1 hour"));
-        }
-        for (option, value) in [
-            ("node_timeout", self.node_timeout),
-            ("connect_timeout", self.connect_timeout),
-            ("retry_delay", self.retry_delay),
-            ("retry_jitter", self.retry_jitter),
-        ] {
-            if value > MAX_DELAY_OPTION {
-                return Err(invalid_option(option, "must be at most one hour"));
-            }
-        }
-        Ok(())
-    }
-}
-
-fn invalid_option(option: &'static str, reason: &str) -> BuildError {
-    BuildError::InvalidOption {
-        option,
-        reason: reason.to_owned(),
-    }
-}
-
-/// A node from its URL: a `redis+sentinel://` one (see `target.rs`), or
-/// one the `redis` crate opens.
-fn open_url(url: &str) -> Result<Target, BuildError> {
-    let invalid = |reason: String| BuildError::InvalidUrl {
-        url: redact_url(url),
-        reason,
-    };
-    if url.starts_with("rediss+cluster://") {
-        return Err(invalid(
-            "TLS to Redis Cluster nodes is not supported yet: use redis+cluster://".into(),
-        ));
-    }
-    if url.starts_with(CLUSTER_SCHEME) {
-        return ClusterSeeds::parse(url)
-            .map(|seeds| Target::Cluster(Arc::new(seeds)))
-            .map_err(invalid);
-    }
-    if url.starts_with("rediss+sentinel://") {
-        return Err(invalid(
-            "TLS to Sentinel nodes is not supported yet: use redis+sentinel://".into(),
-        ));
-    }
-    if url.starts_with(SENTINEL_SCHEME) {
-        return Sentinels::parse(url)
-            .map(|sentinels| Target::Sentinel(Arc::new(sentinels)))
-            .map_err(invalid);
-    }
-    Client::open(url)
-        .map(|client| Target::Fixed(Box::new(client)))
-        .map_err(|err| invalid(err.to_string()))
-}
-
-/// Masks the user info (`user:password@`) of a URL for display.
-pub(crate) fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|at| at + 3) else {
-        return url.to_owned();
-    };
-    let authority_end = url[scheme_end..]
-        .find(['/', '?', '#'])
-        .map_or(url.len(), |at| scheme_end + at);
-    match url[scheme_end..authority_end].rfind('@') {
-        Some(at) => format!("{}***{}", &url[..scheme_end], &url[scheme_end + at..]),
-        None => url.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact_url;
-
-    #[test]
-    fn redaction_masks_user_info_only() {
-        assert_eq!(
-            redact_url("redis://127.0.0.1:6379/0"),
-            "redis://127.0.0.1:6379/0"
-        );
-        assert_eq!(
-            redact_url("redis://:secret@host:1/2"),
-            "redis://***@host:1/2"
-        );
-        assert_eq!(redact_url("rediss://u:p@ss@host"), "rediss://***@host");
-        assert_eq!(redact_url("not a url"), "not a url");
     }
 }
