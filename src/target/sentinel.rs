@@ -1,16 +1,11 @@
-//! Where a node is: a fixed address (a `redis://`, `rediss://` or
-//! `unix://` URL, or a `redis::Client`), or a primary that Redis Sentinel
-//! manages, named by its Sentinels and its master name
-//! (`redis+sentinel://`).
-//!
-//! A Sentinel node is resolved each time a connection to it is made (the
+//! A Sentinel-managed primary as a node. A Sentinel node is resolved each time a connection to it is made (the
 //! first, and each after a break): the Sentinels are asked in parallel
 //! (`SENTINEL GET-MASTER-ADDR-BY-NAME`), the first answer naming a primary
 //! wins, and the connection goes there. A failover follows by itself:
 //! Sentinel closes the clients of the servers it reconfigures, the closed
 //! connection is replaced at once (see `connection.rs`), the Sentinels are
 //! asked again, and the new primary's check holds it back as a failover
-//! (see `standing.rs`). A server that answers as a replica (a Sentinel that
+//! (see `standing/`). A server that answers as a replica (a Sentinel that
 //! has not heard of the failover yet, or a primary demoted since) fails the
 //! check, and the node is resolved again at the next attempt.
 //!
@@ -28,17 +23,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
+use super::first_answer::first_answer;
 use crate::answer::NodeErrorKind;
-use crate::cluster::Topology;
 
 /// The URL scheme of a Sentinel-managed node.
 pub(crate) const SENTINEL_SCHEME: &str = "redis+sentinel://";
 
 /// Sentinel's default port.
-const SENTINEL_PORT: u16 = 26379;
+pub(super) const SENTINEL_PORT: u16 = 26379;
 
 /// A Sentinel-managed primary as a node, built from its Sentinels'
 /// addresses and its master name: the builder form of a
@@ -61,13 +55,13 @@ const SENTINEL_PORT: u16 = 26379;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SentinelNode {
-    sentinels: Vec<String>,
-    master: String,
-    username: Option<String>,
-    password: Option<String>,
-    sentinel_username: Option<String>,
-    sentinel_password: Option<String>,
-    db: Option<i64>,
+    pub(super) sentinels: Vec<String>,
+    pub(super) master: String,
+    pub(super) username: Option<String>,
+    pub(super) password: Option<String>,
+    pub(super) sentinel_username: Option<String>,
+    pub(super) sentinel_password: Option<String>,
+    pub(super) db: Option<i64>,
 }
 
 impl SentinelNode {
@@ -154,7 +148,7 @@ impl SentinelNode {
 }
 
 /// Percent-encodes everything but RFC 3986's unreserved characters.
-fn encode(text: &str) -> String {
+pub(super) fn encode(text: &str) -> String {
     let mut encoded = String::with_capacity(text.len());
     for byte in text.bytes() {
         if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
@@ -168,7 +162,7 @@ fn encode(text: &str) -> String {
 
 /// Percent-decodes `text` (a query value); `None` if it is not valid UTF-8
 /// once decoded.
-fn decode(text: &str) -> Option<String> {
+pub(super) fn decode(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
     let mut decoded = Vec::with_capacity(bytes.len());
     let mut at = 0;
@@ -193,220 +187,17 @@ fn decode(text: &str) -> Option<String> {
     String::from_utf8(decoded).ok()
 }
 
-/// Where one node is.
-#[derive(Debug, Clone)]
-pub(crate) enum Target {
-    /// One address.
-    Fixed(Box<Client>),
-    /// The primary that Sentinels name.
-    Sentinel(Arc<Sentinels>),
-    /// A Redis Cluster, reached through its seed nodes.
-    Cluster(Arc<ClusterSeeds>),
-}
-
-/// A Redis Cluster as one node: the cluster nodes named in its URL (any of
-/// them, primary or replica, tells the topology) and how to connect to
-/// each primary once one of them named it.
-#[derive(Debug)]
-pub(crate) struct ClusterSeeds {
-    /// One client per node named, with the data nodes' credentials.
-    seeds: Vec<Client>,
-    /// The other nodes the last topology read named (primaries and
-    /// replicas): asked too, so that the node outlives the ones its URL
-    /// names.
-    learned: std::sync::Mutex<Vec<Client>>,
-    /// The credentials; the address is set per primary.
-    data: ConnectionInfo,
-    name: Arc<str>,
-}
-
 /// A Sentinel-managed primary: its Sentinels and master name, and how to
 /// connect to the primary once they named it.
 #[derive(Debug)]
 pub(crate) struct Sentinels {
     /// One client per Sentinel (its address, the Sentinels' credentials).
-    sentinels: Vec<Client>,
-    master: String,
+    pub(super) sentinels: Vec<Client>,
+    pub(super) master: String,
     /// The data nodes' credentials and database; the address is set when
     /// the Sentinels name the primary.
-    data: ConnectionInfo,
-    name: Arc<str>,
-}
-
-impl Target {
-    /// The name the node goes by: `host:port` (or the socket path) of a
-    /// fixed one; `<master-name>@<first Sentinel>` of a Sentinel one.
-    pub(crate) fn name(&self) -> Arc<str> {
-        match self {
-            Target::Fixed(client) => client.get_connection_info().addr().to_string().into(),
-            Target::Sentinel(sentinels) => sentinels.name.clone(),
-            Target::Cluster(seeds) => seeds.name.clone(),
-        }
-    }
-
-    /// Whether the servers behind the node move in failovers (a Sentinel
-    /// node, a cluster): one that answers as a replica is passed over, not
-    /// refused.
-    pub(crate) fn follows_failovers(&self) -> bool {
-        matches!(self, Target::Sentinel(_) | Target::Cluster(_))
-    }
-
-    /// The client to connect with now: a fixed node's own; a Sentinel
-    /// node's primary, as the Sentinels name it (each asked within
-    /// `timeout`).
-    ///
-    /// Cancel safe: it only reads.
-    pub(crate) async fn resolve(&self, timeout: Duration) -> Result<Client, NodeErrorKind> {
-        match self {
-            Target::Fixed(client) => Ok((**client).clone()),
-            Target::Sentinel(sentinels) => sentinels.primary(timeout).await,
-            Target::Cluster(seeds) => {
-                let topology = seeds.topology(timeout).await?;
-                let (host, port) = topology.primaries.first().cloned().unwrap_or_default();
-                seeds.client(host, port)
-            }
-        }
-    }
-}
-
-/// The URL scheme of a Redis Cluster node.
-pub(crate) const CLUSTER_SCHEME: &str = "redis+cluster://";
-
-impl ClusterSeeds {
-    /// Parses a `redis+cluster://[user:password@]host:port[,host:port…][/]`
-    /// URL: the nodes that tell the topology, and the data nodes'
-    /// credentials (the same on every primary).
-    pub(crate) fn parse(url: &str) -> Result<Self, String> {
-        let rest = url
-            .strip_prefix(CLUSTER_SCHEME)
-            .ok_or_else(|| format!("a Redis Cluster URL starts with {CLUSTER_SCHEME}"))?;
-        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        if !(path.is_empty() || path == "0") {
-            return Err(format!(
-                "a Redis Cluster has database 0 only, and its URL no path (got /{path})"
-            ));
-        }
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
-            None => (String::new(), authority),
-        };
-        let seeds = hosts
-            .split(',')
-            .map(|host| {
-                if host.is_empty() {
-                    return Err("an empty cluster node address".to_owned());
-                }
-                Client::open(format!("redis://{userinfo}{host}"))
-                    .map_err(|err| format!("cluster node address {host:?}: {err}"))
-            })
-            .collect::<Result<Vec<Client>, String>>()?;
-        let data = format!("redis://{userinfo}127.0.0.1:1")
-            .into_connection_info()
-            .map_err(|err| format!("the cluster's credentials: {err}"))?;
-        let first = hosts.split(',').next().unwrap_or_default();
-        Ok(ClusterSeeds {
-            seeds,
-            learned: std::sync::Mutex::default(),
-            data,
-            name: format!("cluster@{first}").into(),
-        })
-    }
-
-    /// The client of the primary at `host:port`, with the URL's credentials.
-    pub(crate) fn client(&self, host: String, port: u16) -> Result<Client, NodeErrorKind> {
-        let info = self.data.clone().set_addr(ConnectionAddr::Tcp(host, port));
-        Client::open(info).map_err(|err| NodeErrorKind::Redis(Arc::new(err)))
-    }
-
-    /// The topology as the first node to answer `CLUSTER SLOTS` tells it:
-    /// the nodes of the URL and those the last topology read named, all
-    /// asked at once, each within `timeout`. Fails, saying what each node
-    /// answered, when none does. Remembers the nodes the topology names.
-    ///
-    /// Cancel safe: it only reads (and replaces the nodes it remembers).
-    pub(crate) async fn topology(&self, timeout: Duration) -> Result<Topology, NodeErrorKind> {
-        let mut asked = self.seeds.clone();
-        asked.extend(crate::tasks::lock(&self.learned).iter().cloned());
-        let topology = self.read_topology(&asked, timeout).await?;
-        let named = |client: &Client| client.get_connection_info().addr().to_string();
-        let known: Vec<String> = self.seeds.iter().map(named).collect();
-        let learned = topology
-            .nodes
-            .iter()
-            .filter_map(|(host, port)| self.client(host.clone(), *port).ok())
-            .filter(|client| !known.contains(&named(client)))
-            .collect();
-        *crate::tasks::lock(&self.learned) = learned;
-        Ok(topology)
-    }
-
-    /// The topology as the first of `nodes` to answer `CLUSTER SLOTS`
-    /// tells it (see [`topology`](Self::topology)).
-    async fn read_topology(
-        &self,
-        nodes: &[Client],
-        timeout: Duration,
-    ) -> Result<Topology, NodeErrorKind> {
-        first_answer(nodes, timeout, |seed| async move {
-            let host = match seed.get_connection_info().addr() {
-                ConnectionAddr::Tcp(host, _) => host.clone(),
-                _ => String::new(),
-            };
-            let mut connection = seed
-                .get_multiplexed_async_connection()
-                .await
-                .map_err(|err| err.to_string())?;
-            let reply: Value = redis::cmd("CLUSTER")
-                .arg("SLOTS")
-                .query_async(&mut connection)
-                .await
-                .map_err(|err| err.to_string())?;
-            Topology::parse(&reply, &host)
-        })
-        .await
-        .map_err(|answers| {
-            NodeErrorKind::Cluster(format!(
-                "no cluster node told the topology ({})",
-                answers.join("; ")
-            ))
-        })
-    }
-}
-
-/// Asks every one of `servers` at once with `ask`, each within `timeout`:
-/// the first answer wins; `Err` with what each said (`address: why`) when
-/// none answers.
-///
-/// Cancel safe: it only reads.
-async fn first_answer<T, F, Fut>(
-    servers: &[Client],
-    timeout: Duration,
-    ask: F,
-) -> Result<T, Vec<String>>
-where
-    F: Fn(Client) -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let asks = servers.iter().map(|server| {
-        let addr = server.get_connection_info().addr().to_string();
-        let asked = tokio::time::timeout(timeout, ask(server.clone()));
-        async move {
-            match asked.await {
-                Ok(Ok(answer)) => Ok(answer),
-                Ok(Err(why)) => Err(format!("{addr}: {why}")),
-                Err(_) => Err(format!("{addr}: no answer within {timeout:?}")),
-            }
-        }
-    });
-    let mut asks: futures::stream::FuturesUnordered<_> = asks.collect();
-    let mut answers = Vec::new();
-    while let Some(answer) = asks.next().await {
-        match answer {
-            Ok(answer) => return Ok(answer),
-            Err(why) => answers.push(why),
-        }
-    }
-    Err(answers)
+    pub(super) data: ConnectionInfo,
+    pub(super) name: Arc<str>,
 }
 
 impl Sentinels {
@@ -450,7 +241,7 @@ impl Sentinels {
     /// Asks every Sentinel for the primary (each within `timeout`); the
     /// first to name one wins. Fails, saying what each Sentinel answered,
     /// when none does.
-    async fn primary(&self, timeout: Duration) -> Result<Client, NodeErrorKind> {
+    pub(super) async fn primary(&self, timeout: Duration) -> Result<Client, NodeErrorKind> {
         let master = &self.master;
         let (host, port) = first_answer(&self.sentinels, timeout, |sentinel| async move {
             ask(&sentinel, master).await
@@ -468,7 +259,7 @@ impl Sentinels {
 }
 
 /// `SENTINEL GET-MASTER-ADDR-BY-NAME master` on one Sentinel.
-async fn ask(sentinel: &Client, master: &str) -> Result<(String, u16), String> {
+pub(super) async fn ask(sentinel: &Client, master: &str) -> Result<(String, u16), String> {
     let mut connection = sentinel
         .get_multiplexed_async_connection()
         .await
@@ -496,7 +287,7 @@ async fn ask(sentinel: &Client, master: &str) -> Result<(String, u16), String> {
 }
 
 /// The Sentinels' `user:password@` from the URL's query, if any.
-fn sentinel_userinfo(query: &str) -> Result<Option<String>, String> {
+pub(super) fn sentinel_userinfo(query: &str) -> Result<Option<String>, String> {
     let (mut user, mut password) = (None, None);
     for pair in query.split('&').filter(|pair| !pair.is_empty()) {
         match pair.split_once('=') {
@@ -519,7 +310,7 @@ fn sentinel_userinfo(query: &str) -> Result<Option<String>, String> {
 
 /// The client of one Sentinel at `host` (`host:port`, or a host on
 /// Sentinel's port).
-fn sentinel_client(host: &str, userinfo: Option<&str>) -> Result<Client, String> {
+pub(super) fn sentinel_client(host: &str, userinfo: Option<&str>) -> Result<Client, String> {
     if host.is_empty() {
         return Err("an empty Sentinel address".into());
     }
