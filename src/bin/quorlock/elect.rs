@@ -17,9 +17,8 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::json;
 
-use super::{
-    EXIT_NOT_ACQUIRED, EXIT_USAGE, Forwarded, NodeArgs, Schedule, client, parse_duration, run_held,
-};
+use super::run::{Forwarded, Schedule, run_held};
+use super::{EXIT_NOT_ACQUIRED, EXIT_USAGE, NodeArgs, client, parse_duration};
 
 #[derive(Args, Debug)]
 pub struct ElectArgs {

@@ -16,7 +16,7 @@
 
 use quorlock::{LockStatus, NodeState, RwStatus};
 
-use super::Verdict;
+use super::status::Verdict;
 use serde_json::{Value, json};
 
 /// One node's answer.

@@ -1,0 +1,353 @@
+//! `quorlock run`: CMD under the lock, with the kill schedule.
+//!
+//! CMD may work only while the lock is valid. `quorlock run` extends the lock
+//! itself and enforces, with `grace` = `min(--grace, ttl / 2)`:
+//!
+//! - an extension is made when `grace + ttl / 4` of validity is left, and
+//!   retried (every `max(ttl / 20, node timeout)`) while it fails for lack
+//!   of answers;
+//! - **the quorum refuses an extension**, or it comes too late: the lock is
+//!   gone, and CMD's whole process group gets SIGKILL at once;
+//! - **extensions keep failing**: SIGTERM to the group at `valid_until -
+//!   grace`, SIGKILL at `valid_until` (also when `--max-hold` stops the
+//!   extensions);
+//! - **CMD exits**: what is left of its group gets SIGTERM, then SIGKILL
+//!   after the grace (at `valid_until` at the latest), before the lock is
+//!   released;
+//! - **quorlock dies**: its watchdog kills the group (see `group.rs`).
+//!
+//! Before exiting, `quorlock` waits (bounded) for the releases it runs in the
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use quorlock::{LockGuard, LostReason, Redlock};
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::group::{self, Group};
+use super::{
+    EXIT_CANNOT_EXECUTE, EXIT_LOST, EXIT_NOT_ACQUIRED, EXIT_NOT_FOUND, EXIT_USAGE, RunArgs, client,
+};
+
+/// The signals forwarded to CMD.
+pub(super) struct Forwarded {
+    pub(super) interrupt: tokio::signal::unix::Signal,
+    pub(super) terminate: tokio::signal::unix::Signal,
+    pub(super) hangup: tokio::signal::unix::Signal,
+}
+
+impl Forwarded {
+    /// The handlers, or the exit code of a failure to install them (said).
+    pub(super) fn install_or_exit() -> Result<Self, ExitCode> {
+        Self::install().map_err(|err| {
+            eprintln!("quorlock: cannot install signal handlers: {err}");
+            ExitCode::FAILURE
+        })
+    }
+
+    pub(super) fn install() -> std::io::Result<Self> {
+        Ok(Forwarded {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+            hangup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// The next signal received, as its number.
+    pub(super) async fn next(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.interrupt.recv() => libc::SIGINT,
+            _ = self.terminate.recv() => libc::SIGTERM,
+            _ = self.hangup.recv() => libc::SIGHUP,
+        }
+    }
+}
+
+pub(super) fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1)),
+        (None, Some(signal)) => ExitCode::from(u8::try_from(128 + signal).unwrap_or(1)),
+        (None, None) => ExitCode::FAILURE,
+    }
+}
+
+pub(super) async fn run(args: RunArgs) -> ExitCode {
+    if (args.read || args.write) && args.resource.len() > 1 {
+        eprintln!(
+            "quorlock: --read and --write take one --resource (a read-write lock is on one resource)\n\nFor more information, try '--help'."
+        );
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let wait = args.wait;
+    let redlock = match client(&args.nodes, |builder| {
+        // quorlock extends the lock itself (see the kill schedule).
+        let builder = builder.auto_extend(false).fencing(args.fencing);
+        if wait.is_zero() {
+            builder.retry_count(0)
+        } else {
+            builder
+                .acquire_timeout(wait)
+                .retry_delay(Duration::from_millis(100))
+                .retry_jitter(Duration::from_millis(50))
+        }
+    }) {
+        Ok(redlock) => redlock,
+        Err(code) => return code,
+    };
+    let mut signals = match Forwarded::install_or_exit() {
+        Ok(signals) => signals,
+        Err(code) => return code,
+    };
+    let code = lock_and_run(&redlock, &args, &mut signals).await;
+    // Releases still running in the background (an acquire round cut short
+    // by a signal, a release that timed out) finish before the runtime ends,
+    // or their keys would block every other run until their TTL.
+    let bound = args.nodes.connect_timeout + args.nodes.node_timeout * 3;
+    if tokio::time::timeout(bound, redlock.flush()).await.is_err() {
+        eprintln!(
+            "quorlock: releases still unanswered after {bound:?}; their keys expire by their ttl"
+        );
+    }
+    code
+}
+
+/// The lock `args` ask for: plain, on several resources, a read or the write
+/// hold of a read-write lock.
+pub(super) async fn acquire(
+    redlock: &Redlock,
+    args: &RunArgs,
+) -> quorlock::Result<quorlock::LockGuard> {
+    match &args.resource[..] {
+        [one] if args.read => redlock.read(one, args.ttl).await,
+        [one] if args.write => redlock.write(one, args.ttl).await,
+        [one] => redlock.lock(one, args.ttl).await,
+        several => redlock.lock_all(several, args.ttl).await,
+    }
+}
+
+pub(super) async fn lock_and_run(
+    redlock: &Redlock,
+    args: &RunArgs,
+    signals: &mut Forwarded,
+) -> ExitCode {
+    // Acquire; a signal while waiting gives up at once (nothing started yet;
+    // what the round in flight set is released in the background).
+    let acquired = tokio::select! {
+        acquired = acquire(redlock, args) => acquired,
+        signal = signals.next() => {
+            eprintln!("quorlock: interrupted while waiting for the lock");
+            return ExitCode::from(u8::try_from(128 + signal).unwrap_or(1));
+        }
+    };
+    let mut guard = match acquired {
+        Ok(guard) => guard,
+        Err(err) if err.is_invalid_input() => {
+            eprintln!("quorlock: {err}\n\nFor more information, try '--help'.");
+            return ExitCode::from(EXIT_USAGE);
+        }
+        Err(err) => {
+            eprintln!("quorlock: {err}");
+            return ExitCode::from(EXIT_NOT_ACQUIRED);
+        }
+    };
+
+    let schedule = Schedule {
+        grace: args.grace,
+        max_hold: args.max_hold,
+        node_timeout: args.nodes.node_timeout,
+    };
+    let env = command_env(&guard, args);
+    let code = run_held(&mut guard, &args.command, &env, &schedule, signals).await;
+    if let Err(err) = guard.unlock().await {
+        eprintln!("quorlock: {err}");
+    }
+    code
+}
+
+/// Runs `command` (with `env`) while `guard` holds, under the kill
+/// schedule; its exit code. What is left of CMD's group is gone when this
+/// returns, so the caller may release the lock.
+pub(super) async fn run_held(
+    guard: &mut LockGuard,
+    command: &[String],
+    env: &[(&'static str, String)],
+    schedule: &Schedule,
+    signals: &mut Forwarded,
+) -> ExitCode {
+    group::become_subreaper();
+    let mut group = match Group::spawn(command, env) {
+        Ok(group) => group,
+        Err(err) => {
+            eprintln!("quorlock: cannot run {:?}: {err}", command[0]);
+            return ExitCode::from(match err.kind() {
+                std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
+                _ => EXIT_CANNOT_EXECUTE,
+            });
+        }
+    };
+    let code = match supervise(guard, &mut group, schedule, signals).await {
+        Ended::Exited(status) => exit_code_of(status),
+        Ended::WaitFailed(err) => {
+            eprintln!("quorlock: waiting for {:?} failed: {err}", command[0]);
+            group.kill();
+            ExitCode::FAILURE
+        }
+        Ended::Lost(why) => {
+            eprintln!("quorlock: {why}; {:?} was terminated", command[0]);
+            ExitCode::from(EXIT_LOST)
+        }
+    };
+    // Nothing of CMD's group may run on once the lock is released.
+    let grace = effective_grace(schedule.grace, guard.ttl());
+    if group.finish(grace, guard.valid_until()).await {
+        eprintln!(
+            "quorlock: terminated what was left of {:?}'s process group",
+            command[0]
+        );
+    }
+    group.release();
+    code
+}
+
+/// What CMD learns of its lock, in its environment: `QUORLOCK_RESOURCE`
+/// (the `--resource` names, joined by commas), `QUORLOCK_KEY` (the Redis
+/// key; of several resources, the first in byte order) and, with
+/// `--fencing`, `QUORLOCK_FENCING_TOKEN`.
+pub(super) fn command_env(guard: &LockGuard, args: &RunArgs) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("QUORLOCK_RESOURCE", args.resource.join(",")),
+        (
+            "QUORLOCK_KEY",
+            String::from_utf8_lossy(guard.key()).into_owned(),
+        ),
+    ];
+    if let Some(token) = guard.fencing_token() {
+        env.push(("QUORLOCK_FENCING_TOKEN", token.to_string()));
+    }
+    env
+}
+
+/// The kill schedule's parameters: `--grace`, `--max-hold`, and the node
+/// timeout (the least pause between retried extensions).
+pub(super) struct Schedule {
+    pub(super) grace: Duration,
+    pub(super) max_hold: Duration,
+    pub(super) node_timeout: Duration,
+}
+
+/// How a supervised CMD ended.
+pub(super) enum Ended {
+    /// CMD exited by itself, or after a forwarded signal.
+    Exited(std::process::ExitStatus),
+    /// The lock was lost or could not be kept; CMD's group was killed.
+    Lost(String),
+    /// Waiting for CMD failed; it is still running.
+    WaitFailed(std::io::Error),
+}
+
+/// The grace between SIGTERM and SIGKILL: `--grace`, but at most half the TTL.
+pub(super) fn effective_grace(grace: Duration, ttl: Duration) -> Duration {
+    grace.min(ttl / 2)
+}
+
+/// Why CMD is stopped at `limit`: the last failed extension, or the
+/// `--max-hold` limit that stopped extensions.
+pub(super) fn lost_why(limit: &str, failure: &Option<String>, may_extend: bool) -> String {
+    match failure {
+        Some(failure) => format!("{failure}; {limit}"),
+        None if may_extend => limit.to_owned(),
+        None => format!("--max-hold reached; {limit}"),
+    }
+}
+
+/// Extends the lock to `ttl`, unless its validity ends first (`None`).
+pub(super) async fn extend_within(
+    guard: &mut LockGuard,
+    ttl: Duration,
+    valid_until: Instant,
+) -> Option<quorlock::Result<()>> {
+    tokio::select! {
+        biased;
+        _ = tokio::time::sleep_until(valid_until.into()) => None,
+        extended = guard.extend(ttl) => Some(extended),
+    }
+}
+
+/// Whether a failed extension may be tried again: too few nodes answered
+/// (the lock may still be ours), not refused by the quorum or too late.
+pub(super) fn may_retry(err: &quorlock::Error) -> bool {
+    matches!(
+        err.lost_reason(),
+        Some(LostReason::Unreachable { .. }) | None
+    )
+}
+
+/// Runs the kill schedule (see the crate docs) until CMD exits or the lock
+/// is gone, forwarding signals to CMD's group meanwhile.
+pub(super) async fn supervise(
+    guard: &mut LockGuard,
+    group: &mut Group,
+    schedule: &Schedule,
+    signals: &mut Forwarded,
+) -> Ended {
+    let ttl = guard.ttl();
+    let grace = effective_grace(schedule.grace, ttl);
+    let lead = grace + ttl / 4;
+    let retry_pause = (ttl / 20).max(schedule.node_timeout);
+    let mut retry_at: Option<Instant> = None;
+    let mut last_failure: Option<String> = None;
+    let mut terminated = false;
+    loop {
+        let valid_until = guard.valid_until();
+        let term_at = valid_until.checked_sub(grace).unwrap_or(valid_until);
+        let renew_at =
+            retry_at.unwrap_or_else(|| valid_until.checked_sub(lead).unwrap_or(valid_until));
+        let may_extend =
+            renew_at.saturating_duration_since(guard.acquired_at()) + ttl <= schedule.max_hold;
+        let why = |limit: &str, failure: &Option<String>| lost_why(limit, failure, may_extend);
+        tokio::select! {
+            biased;
+            _ = tokio::time::sleep_until(valid_until.into()) => {
+                group.kill();
+                return Ended::Lost(why("the lock's validity ended (SIGKILL)", &last_failure));
+            }
+            _ = tokio::time::sleep_until(term_at.into()), if !terminated => {
+                terminated = true;
+                eprintln!("quorlock: {}", why("the lock is not extended: SIGTERM to CMD's group, SIGKILL at the end of its validity", &last_failure));
+                group.signal(libc::SIGTERM);
+            }
+            status = group.child.wait() => {
+                return match status {
+                    Ok(_) if terminated => Ended::Lost(why("CMD exited after SIGTERM", &last_failure)),
+                    Ok(status) => Ended::Exited(status),
+                    Err(err) => Ended::WaitFailed(err),
+                };
+            }
+            signal = signals.next() => group.signal(signal),
+            _ = tokio::time::sleep_until(renew_at.into()), if may_extend => {
+                match extend_within(guard, ttl, valid_until).await {
+                    None => continue, // the validity ended first: the branch above acts
+                    Some(Ok(())) => {
+                        retry_at = None;
+                        last_failure = None;
+                        if terminated {
+                            // Too late to take the SIGTERM back; CMD decides.
+                            eprintln!("quorlock: the lock is extended again");
+                        }
+                    }
+                    Some(Err(err)) if may_retry(&err) => {
+                        retry_at = Some(Instant::now() + retry_pause);
+                        last_failure = Some(err.to_string());
+                    }
+                    // Refused by the quorum, or too late: another client
+                    // may hold the lock now.
+                    Some(Err(err)) => {
+                        group.kill();
+                        return Ended::Lost(format!("{err} (SIGKILL at once)"));
+                    }
+                }
+            }
+        }
+    }
+}
