@@ -15,7 +15,7 @@ use crate::cluster;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::meter;
-use crate::node::Node;
+use crate::node::{Node, Timeouts};
 use crate::notify::{Gates, Notifications};
 use crate::queue::entries::{self as queue, Place};
 use crate::quorum::{self, Ttl};
@@ -49,7 +49,7 @@ pub(crate) enum To<'a> {
     /// The nodes in `ask`, at once; those in `done` answer "yes" without
     /// being asked (they already did what the request asks: a fencing
     /// write-back to a node whose counter is the token); the others "no".
-    Settled { ask: &'a NodeSet, done: &'a NodeSet },
+    Remaining { ask: &'a NodeSet, done: &'a NodeSet },
     /// Every node, each once its gate opens (a claim round: see `notify.rs`);
     /// a node whose gate opens after [`Gates::close`] is not asked.
     Gated(&'a Gates),
@@ -143,7 +143,10 @@ impl Engine {
             .into_iter()
             .enumerate()
             .map(|(index, client)| {
-                let timeouts = (config.node_timeout, config.connect_timeout);
+                let timeouts = Timeouts {
+                    call: config.node_timeout,
+                    connect: config.connect_timeout,
+                };
                 Node::new(
                     client,
                     timeouts,
@@ -279,9 +282,9 @@ impl Engine {
             To::Only(nodes) if nodes.contains(index) => node.send(request),
             // Not asked: not part of the set, so a "no" from it.
             To::Only(_) => unasked(Answer::Refused(None)),
-            To::Settled { ask, .. } if ask.contains(index) => node.send(request),
-            To::Settled { done, .. } if done.contains(index) => unasked(Answer::Granted(None)),
-            To::Settled { .. } => unasked(Answer::Refused(None)),
+            To::Remaining { ask, .. } if ask.contains(index) => node.send(request),
+            To::Remaining { done, .. } if done.contains(index) => unasked(Answer::Granted(None)),
+            To::Remaining { .. } => unasked(Answer::Refused(None)),
             To::Gated(gates) => {
                 // A claim goes to each node once it told us (the call, and
                 // its timeout, start when polled), unless the round was
@@ -300,7 +303,7 @@ impl Engine {
         let standings = request.is_vote().then_some(&self.standings);
         // A release's calls have no timer of their own (see `release`).
         let linger = matches!(request, Request::Release { .. }).then_some(RELEASE_LINGER);
-        Round::start(calls, &self.background, standings, linger)
+        Round::over(calls, &self.background, standings, linger)
     }
 
     /// Waits until every node had its first check (and a node that counts

@@ -198,7 +198,7 @@ fn lock(wanted: &Wanted) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Reserved
 impl Listening {
     /// Forgets the handoffs seen so far (before a round: its own outcome
     /// replaces them) and returns them: bit `i` for node `i`.
-    pub(crate) fn take(&mut self) -> u64 {
+    pub(crate) fn take_seen(&mut self) -> u64 {
         let seen = lock(&self.wanted)
             .get(&self.waiter)
             .map_or(0, |sender| sender.send_replace(0));
@@ -212,7 +212,7 @@ impl Listening {
         self.reserved.clone()
     }
 
-    /// How many nodes reserved the key for this waiter since [`take`](Self::take).
+    /// How many nodes reserved the key for this waiter since [`take_seen`](Self::take_seen).
     pub(crate) fn reserved(&mut self) -> usize {
         (*self.reserved.borrow_and_update() & !TOLD).count_ones() as usize
     }
@@ -431,7 +431,7 @@ mod tests {
         let mut listening = notifications.listen(&waiter);
         notifications.possibly_reserved(1);
         assert_eq!(listening.reserved(), 1);
-        assert_eq!(listening.take(), node_bit(1));
+        assert_eq!(listening.take_seen(), node_bit(1));
         let subscription = Subscription {
             index: 2,
             target: Target::Fixed(Box::new(
@@ -445,7 +445,7 @@ mod tests {
         let message = format!("{waiter} orders:stock");
         subscription.deliver(&notifications.wanted, message.as_bytes());
         assert_eq!(listening.reserved(), 1);
-        assert_eq!(listening.take(), node_bit(2) | TOLD);
+        assert_eq!(listening.take_seen(), node_bit(2) | TOLD);
     }
 
     #[test]

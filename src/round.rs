@@ -149,7 +149,7 @@ impl Round {
     /// grant arrives (see `standing.rs`); one that does not is a failed vote
     /// with its error. Reading the standing on arrival, not at the start,
     /// matters: a call may connect (and check the node) during the round.
-    pub(crate) fn start(
+    pub(crate) fn over(
         calls: impl ExactSizeIterator<Item = BoxFuture<'static, Answer>>,
         background: &Background,
         standings: Option<&Arc<Standings>>,

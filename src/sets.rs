@@ -80,7 +80,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::acquire::{Fencing, How, Waits, kind, retry_delay, start, take};
+use crate::acquire::{
+    Fencing, How, Metered, Waits, Wanted, acquire_metered, acquire_with_meter, kind, retry_delay,
+};
 use crate::engine::Engine;
 use crate::error::{Error, Result, show_resources};
 use crate::guard::LockGuard;
@@ -104,10 +106,10 @@ pub(crate) async fn acquire_all(
         });
     };
     if others.is_empty() {
-        return start(
+        return acquire_metered(
             engine,
             &names,
-            (key.clone(), Shape::One),
+            Wanted::new(key.clone(), Shape::One),
             ttl,
             How::plain(engine, waits),
         )
@@ -115,10 +117,10 @@ pub(crate) async fn acquire_all(
     }
     let shape = Shape::All(OtherKeys::from(others));
     if waits == Waits::No {
-        return start(
+        return acquire_metered(
             engine,
             &names,
-            (key.clone(), shape),
+            Wanted::new(key.clone(), shape),
             ttl,
             How::plain(engine, Waits::No),
         )
@@ -138,7 +140,7 @@ pub(crate) async fn acquire_all(
         ttl,
         meter: meter.clone(),
     };
-    let taken = set.take(called).await;
+    let taken = set.wait_and_gather(called).await;
     match &taken {
         Ok(_) => meter.acquired(called),
         Err(err) => meter.failed(err),
@@ -210,7 +212,7 @@ struct Set<'a> {
 impl Set<'_> {
     /// Takes the set for a call made at `called`: at once, or in the queues
     /// and a gather, until the call's patience ends.
-    async fn take(&self, called: Instant) -> Result<LockGuard> {
+    async fn wait_and_gather(&self, called: Instant) -> Result<LockGuard> {
         let config = &self.engine.config;
         let deadline = called
             .checked_add(config.patience())
@@ -239,9 +241,9 @@ impl Set<'_> {
 
     /// One round for the whole set, as `how` says, for a call made at `called`.
     async fn round(&self, how: How, called: Instant) -> Result<LockGuard> {
-        let lock = (self.keys[0].clone(), self.shape.clone());
-        let call = (called, self.meter.clone());
-        take(self.engine, self.names, lock, self.ttl, how, call).await
+        let wanted = Wanted::new(self.keys[0].clone(), self.shape.clone());
+        let metered = Metered::new(called, self.meter.clone());
+        acquire_with_meter(self.engine, self.names, wanted, self.ttl, how, metered).await
     }
 
     /// A plain lock on each key, in order, each waiting in the key's queue
@@ -252,9 +254,10 @@ impl Set<'_> {
         for (key, name) in self.keys.iter().zip(self.names) {
             let patience = deadline.saturating_duration_since(Instant::now());
             let how = How::waiting(patience, Fencing::Never);
-            let lock = (key.clone(), Shape::One);
-            let call = (Instant::now(), self.meter.clone());
-            let plain = take(self.engine, &[name], lock, self.ttl, how, call).await?;
+            let wanted = Wanted::new(key.clone(), Shape::One);
+            let metered = Metered::new(Instant::now(), self.meter.clone());
+            let plain =
+                acquire_with_meter(self.engine, &[name], wanted, self.ttl, how, metered).await?;
             plain.keep_alive()?;
             held.push(plain);
         }

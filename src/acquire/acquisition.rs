@@ -249,7 +249,7 @@ impl Acquisition<'_> {
         });
         let mut round = self.engine.ask(
             &request,
-            To::Settled {
+            To::Remaining {
                 ask: &behind,
                 done: &at_token,
             },
@@ -317,7 +317,7 @@ impl Acquisition<'_> {
             }
             None => Place::NoEntry,
         };
-        in_flight.release(place).await;
+        in_flight.release_lost_round(place).await;
         match fenced {
             Some(mut fenced) => failure(
                 self.resources,

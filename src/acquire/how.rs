@@ -3,10 +3,12 @@
 //! ([`RwSide`]).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::engine::Engine;
+use crate::meter::Meter;
+use crate::request::Shape;
 
 /// Whether a lock call waits for the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,5 +94,34 @@ impl How {
             fencing: Fencing::AsConfigured,
             gathers: Some(held),
         }
+    }
+}
+
+/// The lock a call asks for: its key (of a lock on several resources, the
+/// first in byte order) and what kind of lock it is.
+#[derive(Debug, Clone)]
+pub(crate) struct Wanted {
+    pub(crate) key: Arc<[u8]>,
+    pub(crate) shape: Shape,
+}
+
+impl Wanted {
+    /// The lock of `shape` on `key`.
+    pub(crate) fn new(key: Arc<[u8]>, shape: Shape) -> Self {
+        Wanted { key, shape }
+    }
+}
+
+/// When a call was made, and the metrics its guard carries.
+#[derive(Debug, Clone)]
+pub(crate) struct Metered {
+    pub(crate) called: Instant,
+    pub(crate) meter: Meter,
+}
+
+impl Metered {
+    /// A call made at `called`, measured by `meter`.
+    pub(crate) fn new(called: Instant, meter: Meter) -> Self {
+        Metered { called, meter }
     }
 }

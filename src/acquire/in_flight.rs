@@ -45,7 +45,7 @@ impl InFlight {
     /// waiter's entry, and this returns
     /// once the nodes that granted have answered it (each bounded by the
     /// per-node timeout); the others answer in the background.
-    pub(super) async fn release(&mut self, place: Place) {
+    pub(super) async fn release_lost_round(&mut self, place: Place) {
         self.round.collect(Until::All).await;
         let send_to = self
             .round

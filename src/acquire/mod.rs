@@ -40,8 +40,8 @@ use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::request::{RwKeys, Shape, new_token};
 pub(crate) use acquisition::retry_delay;
-pub(crate) use how::{Fencing, How, RwSide, Waits};
-pub(crate) use start::{kind, start, take};
+pub(crate) use how::{Fencing, How, Metered, RwSide, Waits, Wanted};
+pub(crate) use start::{acquire_metered, acquire_with_meter, kind};
 
 /// Takes the lock on `resource`: one round for `try_lock`
 /// ([`Waits::No`]), or, for `lock`, waiting in the queue on the nodes until
@@ -55,7 +55,7 @@ pub(crate) async fn acquire(
     let key = engine.key(resource)?;
     let resources = std::slice::from_ref(&resource);
     let how = How::plain(engine, waits);
-    start(engine, resources, (key, Shape::One), ttl, how).await
+    acquire_metered(engine, resources, Wanted::new(key, Shape::One), ttl, how).await
 }
 
 /// The plain lock on `key`, a key of the crate's own beside a resource's
@@ -69,7 +69,7 @@ pub(crate) async fn acquire_key(
     how: How,
 ) -> Result<LockGuard> {
     let resources = std::slice::from_ref(&resource);
-    start(engine, resources, (key, Shape::One), ttl, how).await
+    acquire_metered(engine, resources, Wanted::new(key, Shape::One), ttl, how).await
 }
 
 /// Takes a read hold or the write hold (`side`) of the read-write lock on
@@ -95,10 +95,10 @@ pub(crate) async fn acquire_rw(
         },
         RwSide::Read => Shape::Read(keys),
     };
-    start(
+    acquire_metered(
         engine,
         resources,
-        (key, shape),
+        Wanted::new(key, shape),
         ttl,
         How::plain(engine, waits),
     )

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::acquisition::Acquisition;
-use super::how::How;
+use super::how::{How, Metered, Wanted};
 use super::rw::Intent;
 use crate::answer::Answer;
 use crate::engine::Engine;
@@ -18,32 +18,25 @@ use crate::request::{LockId, Shape};
 use crate::standing::NotReady;
 use crate::tasks;
 
-/// The start shared by [`acquire`], [`acquire_rw`] and a lock on several
-/// resources (`sets.rs`): the lock's key (the first of several) is
-/// checked, and `shape` says what kind of lock it is; `how` how it waits
-/// and whether it is fenced.
-pub(crate) async fn start(
+/// The start shared by [`acquire`](super::acquire),
+/// [`acquire_rw`](super::acquire_rw) and a lock on several resources
+/// (`sets.rs`), measured: the lock `wanted`; `how` how it waits and
+/// whether it is fenced.
+pub(crate) async fn acquire_metered(
     engine: &Arc<Engine>,
     resources: &[&[u8]],
-    (key, shape): (Arc<[u8]>, Shape),
+    wanted: Wanted,
     ttl: Duration,
     how: How,
 ) -> Result<LockGuard> {
     let called = Instant::now();
     let resource_label = engine.config.metrics_resource_label;
     let meter = Meter::new(
-        kind(&shape),
+        kind(&wanted.shape),
         resource_label.then(|| show_resources(resources).into()),
     );
-    let taken = take(
-        engine,
-        resources,
-        (key, shape),
-        ttl,
-        how,
-        (called, meter.clone()),
-    )
-    .await;
+    let metered = Metered::new(called, meter.clone());
+    let taken = acquire_with_meter(engine, resources, wanted, ttl, how, metered).await;
     match &taken {
         Ok(_) => meter.acquired(called),
         Err(err) => meter.failed(err),
@@ -61,16 +54,18 @@ pub(crate) fn kind(shape: &Shape) -> &'static str {
     }
 }
 
-/// [`start`] without the metrics, for a call made at `called`, with the
-/// guard's metrics in `meter`.
-pub(crate) async fn take(
+/// [`acquire_metered`] without the call's own metrics: for a call made and
+/// measured as `metered` says (the guard carries its meter).
+pub(crate) async fn acquire_with_meter(
     engine: &Arc<Engine>,
     resources: &[&[u8]],
-    (key, shape): (Arc<[u8]>, Shape),
+    wanted: Wanted,
     ttl: Duration,
     how: How,
-    (called, meter): (Instant, Meter),
+    metered: Metered,
 ) -> Result<LockGuard> {
+    let Wanted { key, shape } = wanted;
+    let Metered { called, meter } = metered;
     let config = &engine.config;
     let waits = how.patience.is_some();
     let deadline = match how.patience {

@@ -1,4 +1,4 @@
-//! What a node's calls share ([`Shared`]), and one exchange on its
+//! What a node's calls share ([`NodeCore`]), and one exchange on its
 //! connection: connecting first if needed, with the fallbacks a node may
 //! need, and the acknowledgement of its replicas.
 
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::{ErrorKind, RedisError};
 
-use super::probe::Standing;
+use super::probe::StandingRef;
 use super::reply::{Clock, Exchanged, Reply, is_syntax_error, unexpected};
 use super::send::{
     AcquireCall, ReadCall, first_write, read_unscripted, run, run_timed, seeded, send_set_nx,
@@ -22,7 +22,7 @@ use crate::scripts;
 
 /// What a node's calls share.
 #[derive(Debug)]
-pub(super) struct Shared {
+pub(super) struct NodeCore {
     /// `host:port` (or the socket path), for errors and logs; never credentials.
     pub(super) name: Arc<str>,
     pub(super) link: Arc<Link>,
@@ -34,14 +34,14 @@ pub(super) struct Shared {
     /// `read_round.rs`): its rounds run the script from then on.
     pub(super) reads_scripted: AtomicBool,
     /// Whether its votes count (in the standings of all the client's nodes).
-    pub(super) standing: Arc<Standing>,
+    pub(super) standing: Arc<StandingRef>,
     /// How many replicas must acknowledge a grant before it counts (0: off).
     pub(super) replica_acks: u32,
     /// The node's timed votes, sent in batches (see `batch.rs`).
     pub(super) batches: Arc<Batches>,
 }
 
-impl Shared {
+impl NodeCore {
     /// A grant, once `replica_acks` of the node's replicas acknowledged it
     /// (`WAIT`, on the connection that made it, ending a little before the
     /// call's `deadline`, so that a slow acknowledgement is an answer and
@@ -222,7 +222,7 @@ impl Shared {
     }
 }
 
-impl Shared {
+impl NodeCore {
     /// A reader's round (see [`Call::Read`]): without a script where the
     /// node allows it, else (and where that missed, or the node refused
     /// it) the read script.

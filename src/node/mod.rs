@@ -45,8 +45,8 @@ use crate::request::Request;
 use crate::scripts;
 use crate::standing::{Errand, RecordKeys, Standings};
 use crate::target::Target;
-use exchange::Shared;
-use probe::{Standing, timed_out};
+use exchange::NodeCore;
+use probe::{StandingRef, timed_out};
 use reply::{Exchanged, Reply, unexpected};
 use wire::{Call, Purpose, evalsha, plan, script};
 
@@ -54,7 +54,15 @@ use wire::{Call, Purpose, evalsha, plan, script};
 /// calls to different nodes touch different reference counts).
 #[derive(Debug)]
 pub(crate) struct Node {
-    shared: Arc<Shared>,
+    shared: Arc<NodeCore>,
+}
+
+/// A node's bounds: the per-node timeout of its calls, and the connect
+/// timeout (connecting with the node's check, status reads).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    pub(crate) call: Duration,
+    pub(crate) connect: Duration,
 }
 
 impl Node {
@@ -63,7 +71,7 @@ impl Node {
     /// once `replica_acks` replicas acknowledged it (0: at once).
     pub(crate) fn new(
         target: Target,
-        (timeout, connect_timeout): (Duration, Duration),
+        timeouts: Timeouts,
         replica_acks: u32,
         standings: Arc<Standings>,
         index: usize,
@@ -76,8 +84,8 @@ impl Node {
             })
         };
         let name = standings.name(index).into();
-        let standing = Arc::new(Standing { standings, index });
-        let link = Link::new(target, connect_timeout, check);
+        let standing = Arc::new(StandingRef { standings, index });
+        let link = Link::new(target, timeouts.connect, check);
         let batches = Batches::new(
             {
                 let standing = standing.clone();
@@ -89,11 +97,11 @@ impl Node {
             },
         );
         Node {
-            shared: Arc::new(Shared {
+            shared: Arc::new(NodeCore {
                 name,
                 link,
-                timeout,
-                connect_timeout,
+                timeout: timeouts.call,
+                connect_timeout: timeouts.connect,
                 legacy_set,
                 reads_scripted: AtomicBool::new(false),
                 standing,

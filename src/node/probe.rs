@@ -22,7 +22,7 @@ pub(super) const SILENT_PRIMARY: Duration = Duration::from_secs(1);
 /// node is not skipped. A Sentinel or cluster node silent for
 /// [`SILENT_PRIMARY`] is connected again (through the Sentinels or the
 /// topology, which may name another primary by then), once per such span.
-pub(super) fn timed_out(standing: &Arc<Standing>, link: Arc<Link>, timeout: Duration) {
+pub(super) fn timed_out(standing: &Arc<StandingRef>, link: Arc<Link>, timeout: Duration) {
     if !tasks::has_runtime() {
         return;
     }
@@ -68,10 +68,10 @@ pub(super) fn timed_out(standing: &Arc<Standing>, link: Arc<Link>, timeout: Dura
 /// The running probe of a skipped node: its end, however it comes, ends the
 /// skipping.
 pub(super) struct Probe {
-    pub(super) standing: Arc<Standing>,
+    pub(super) standing: Arc<StandingRef>,
 }
 
-impl Standing {
+impl StandingRef {
     /// What a reading of the node's clock says of the grants before it (see
     /// `Standings::see_clock`).
     pub(super) fn judge(&self, reading: &Reading) -> Judged {
@@ -92,10 +92,10 @@ impl Drop for Probe {
 }
 
 /// One node's place in its client's [`Standings`], in the node's own
-/// [`Shared`] (a call clones that one `Arc`, not the `Standings` that all
+/// [`NodeCore`] (a call clones that one `Arc`, not the `Standings` that all
 /// nodes share), and in the probe of a skipped node.
 #[derive(Debug)]
-pub(super) struct Standing {
+pub(super) struct StandingRef {
     pub(super) standings: Arc<Standings>,
     pub(super) index: usize,
 }

@@ -125,7 +125,7 @@ impl Waiting {
     pub(crate) fn turn(&mut self, claiming: bool) -> (Option<Gates>, Option<(Arc<str>, u64)>) {
         // The handoffs seen so far, forgotten: this round's outcome replaces them.
         let gates = self.listening.as_mut().and_then(|listening| {
-            let notified = listening.take();
+            let notified = listening.take_seen();
             claiming.then(|| Gates::new(listening, notified, Instant::now() + queue::CLAIM_GRACE))
         });
         // Of this client's calls on one key, one makes the plain first

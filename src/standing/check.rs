@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::identity::{Identity, misconfiguration, read_identity};
-use super::judge::{Facts, Recovery, Since, Verdict, came_back, judge, may_have_lost_keys};
+use super::judge::{Facts, Judgment, Recovery, Since, came_back, judge, may_have_lost_keys};
 use super::record::{record_incarnation, run_id_of};
 use super::table::Standings;
 use crate::answer::NodeErrorKind;
@@ -37,21 +37,21 @@ impl Standings {
             self.changes.changed(index, Change::Server(run_id.clone()));
         }
         let recovery = self.detail(index).recovery.clone();
-        let verdict = self
-            .verdict(&identity, known.as_deref(), recovery.as_ref(), started)
+        let judgment = self
+            .judgment(&identity, known.as_deref(), recovery.as_ref(), started)
             .await;
-        let clock_hold = match &verdict {
-            Verdict::Recovering { .. } => {
+        let clock_hold = match &judgment {
+            Judgment::Recovering { .. } => {
                 self.restart_clock(index, &identity);
                 None
             }
             _ => self.clock_at_check(index, &identity, started).await,
         };
-        let Verdict::Recovering {
+        let Judgment::Recovering {
             why,
             previous,
             since,
-        } = verdict
+        } = judgment
         else {
             if !incarnation.is_empty() && !identity.record.contains(&incarnation) {
                 record_incarnation(&mut connection, &self.record_keys, &incarnation, name).await?;
@@ -87,13 +87,13 @@ impl Standings {
 
     /// The judgment of a check that read `identity` (see [`judge`]), with
     /// rule 8 asked of the records.
-    pub(super) async fn verdict(
+    pub(super) async fn judgment(
         &self,
         identity: &Identity,
         known: Option<&str>,
         recovery: Option<&Recovery>,
         started: Instant,
-    ) -> Verdict {
+    ) -> Judgment {
         let facts = Facts {
             identity,
             known,
@@ -102,7 +102,7 @@ impl Standings {
             policy: self.policy,
         };
         match judge(&facts) {
-            Verdict::AskRecords => self.ask_records(started).await,
+            Judgment::AskRecords => self.ask_records(started).await,
             verdict => verdict,
         }
     }

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::identity::Identity;
-use super::judge::{Since, Verdict, vanished};
+use super::judge::{Judgment, Since, vanished};
 use super::record::run_id_of;
 use super::table::{NotReady, Standings};
 use crate::answer::NodeErrorKind;
@@ -35,7 +35,7 @@ impl Standings {
     /// from `started`) until every node's first check has read its node;
     /// *recovering* if some record holds an incarnation that no node has
     /// now.
-    pub(super) async fn ask_records(&self, started: Instant) -> Verdict {
+    pub(super) async fn ask_records(&self, started: Instant) -> Judgment {
         self.wait_for_first_reads(started + self.connect_timeout / 2)
             .await;
         let identities: Vec<Identity> = (0..self.slots.len())
@@ -50,8 +50,8 @@ impl Standings {
             .iter()
             .flat_map(|identity| identity.record.iter().map(String::as_str));
         match vanished(recorded, &current) {
-            None => Verdict::Counts,
-            Some(gone) => Verdict::Recovering {
+            None => Judgment::Counts,
+            Some(gone) => Judgment::Recovering {
                 why: "an incarnation that counted is gone from the nodes: this young, \
                       unrecorded node may be the one that lost its data",
                 previous: Some(run_id_of(gone).to_owned()),

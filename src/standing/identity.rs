@@ -98,7 +98,8 @@ pub(super) async fn read_identity(
 pub(super) fn read_time(
     answer: Option<RedisResult<Value>>,
     refused: &mut Vec<String>,
-    (sent, received): (Instant, Instant),
+    sent: Instant,
+    received: Instant,
 ) -> Option<Reading> {
     match answer? {
         Ok(time) => Reading::from_reply(&time, sent, received),
@@ -155,7 +156,7 @@ pub(super) async fn read_server(
         appendonly.as_deref() == Some("yes") && appendfsync.as_deref() == Some("always");
     identity.record = read_record(answers.next());
     identity.record.extend(read_record(answers.next()));
-    identity.clock = read_time(answers.next(), &mut identity.refused, (sent, received));
+    identity.clock = read_time(answers.next(), &mut identity.refused, sent, received);
     if let (Some(Ok(notes)), Some(clock)) = (answers.next(), identity.clock) {
         identity.clock_notes = read_clock_notes(notes, clock.node_us / 1000)
             .into_iter()

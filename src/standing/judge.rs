@@ -57,7 +57,7 @@ pub(super) fn came_back(read_at: Instant, uptime: Duration) -> Instant {
 
 /// A check's verdict.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Verdict {
+pub(super) enum Judgment {
     Counts,
     Recovering {
         why: &'static str,
@@ -99,24 +99,24 @@ pub(super) struct Facts<'a> {
 /// The judgment of the module docs (rules 1 to 8), a pure function of what
 /// the check read and what this client knew; rule 8 is left to
 /// [`Standings::ask_records`].
-pub(super) fn judge(facts: &Facts<'_>) -> Verdict {
+pub(super) fn judge(facts: &Facts<'_>) -> Judgment {
     let identity = facts.identity;
     let (Some(incarnation), Some(uptime)) = (identity.incarnation(), identity.uptime) else {
-        return Verdict::Counts; // INFO refused: no restart can be seen
+        return Judgment::Counts; // INFO refused: no restart can be seen
     };
     let durable = identity.durable && facts.policy.trust_durable && !identity.promoted;
     if facts.grace.is_zero() || durable {
-        return Verdict::Counts;
+        return Judgment::Counts;
     }
     if facts.known == Some(incarnation.as_str()) {
         // Still recovering from a change this client saw, on a new connection.
         return match facts.recovery {
-            Some(recovery) if recovery.incarnation == incarnation => Verdict::Recovering {
+            Some(recovery) if recovery.incarnation == incarnation => Judgment::Recovering {
                 why: recovery.why,
                 previous: recovery.previous_run_id.clone(),
                 since: Since::Kept(recovery.came_back),
             },
-            _ => Verdict::Counts,
+            _ => Judgment::Counts,
         };
     }
     if facts.known.is_some() {
@@ -129,10 +129,10 @@ pub(super) fn judge(facts: &Facts<'_>) -> Verdict {
     if identity.record.contains(&incarnation)
         || (!identity.promoted && identity.record.iter().any(|entry| entry == run_id))
     {
-        return Verdict::Counts; // a client judged this incarnation to count
+        return Judgment::Counts; // a client judged this incarnation to count
     }
     if identity.promoted {
-        return Verdict::Recovering {
+        return Judgment::Recovering {
             why: "a replica promoted to primary (a failover) that no client has recorded \
                   as counting yet",
             previous: None,
@@ -140,28 +140,28 @@ pub(super) fn judge(facts: &Facts<'_>) -> Verdict {
         };
     }
     if surely_up_for(uptime) >= facts.grace {
-        return Verdict::Counts;
+        return Judgment::Counts;
     }
     if facts.policy.strict {
-        return Verdict::Recovering {
+        return Judgment::Recovering {
             why: "younger than the grace at first contact (strict mode)",
             previous: None,
             since: Since::Start,
         };
     }
-    Verdict::AskRecords
+    Judgment::AskRecords
 }
 
 /// Rule 4: the incarnation changed while this client knew the node.
-pub(super) fn changed(promoted: bool) -> Verdict {
+pub(super) fn changed(promoted: bool) -> Judgment {
     if promoted {
-        Verdict::Recovering {
+        Judgment::Recovering {
             why: "a replica took over as primary while this client knew the node (a failover)",
             previous: None,
             since: Since::Seen,
         }
     } else {
-        Verdict::Recovering {
+        Judgment::Recovering {
             why: "its run_id changed while this client knew it",
             previous: None,
             since: Since::Start,
@@ -248,7 +248,7 @@ mod tests {
         Strict,
     }
 
-    fn verdict(identity: &Identity, known: Option<&str>, mode: Mode) -> Verdict {
+    fn judged(identity: &Identity, known: Option<&str>, mode: Mode) -> Judgment {
         judge(&Facts {
             identity,
             known,
@@ -274,12 +274,12 @@ mod tests {
         AskRecords,
     }
 
-    fn matches(verdict: &Verdict, expect: Expect) -> bool {
+    fn matches(verdict: &Judgment, expect: Expect) -> bool {
         match (verdict, expect) {
-            (Verdict::Counts, Expect::Counts) | (Verdict::AskRecords, Expect::AskRecords) => true,
-            (Verdict::Recovering { since, .. }, Expect::FromStart) => *since == Since::Start,
-            (Verdict::Recovering { since, .. }, Expect::FromNow) => *since == Since::Seen,
-            (Verdict::Recovering { .. }, Expect::Recovering) => true,
+            (Judgment::Counts, Expect::Counts) | (Judgment::AskRecords, Expect::AskRecords) => true,
+            (Judgment::Recovering { since, .. }, Expect::FromStart) => *since == Since::Start,
+            (Judgment::Recovering { since, .. }, Expect::FromNow) => *since == Since::Seen,
+            (Judgment::Recovering { .. }, Expect::Recovering) => true,
             _ => false,
         }
     }
@@ -290,7 +290,7 @@ mod tests {
 
     fn check_rows(rows: &[Row]) {
         for (what, identity, known, mode, expect) in rows {
-            let got = verdict(identity, *known, *mode);
+            let got = judged(identity, *known, *mode);
             assert!(
                 matches(&got, *expect),
                 "{what}: {got:?}, expected {expect:?}"
@@ -363,8 +363,10 @@ mod tests {
                 Expect::FromNow,
             ),
         ]);
-        let failed_over = verdict(&promoted(3_600), Some("q/w"), Mode::Lenient);
-        assert!(matches!(failed_over, Verdict::Recovering { why, .. } if why.contains("failover")));
+        let failed_over = judged(&promoted(3_600), Some("q/w"), Mode::Lenient);
+        assert!(
+            matches!(failed_over, Judgment::Recovering { why, .. } if why.contains("failover"))
+        );
     }
 
     /// Rule 4: first met and in its own record, it counts, promoted or not;
@@ -460,7 +462,7 @@ mod tests {
             grace: Duration::ZERO,
             policy: policy(),
         });
-        assert_eq!(off, Verdict::Counts);
+        assert_eq!(off, Judgment::Counts);
     }
 
     /// A recovery under way goes on, from when it began, on a new connection.
@@ -485,7 +487,7 @@ mod tests {
         };
         assert_eq!(
             judge(&facts),
-            Verdict::Recovering {
+            Judgment::Recovering {
                 why: "a failover",
                 previous: Some("q".into()),
                 since: Since::Kept(at),

@@ -346,17 +346,22 @@ impl Standings {
 
     /// A check of node `index` read it, or connecting to it failed.
     pub(super) fn heard(&self, index: usize) {
-        self.first(index, |detail| &mut detail.heard, &self.all_heard);
+        self.mark_first(index, |detail| &mut detail.heard, &self.all_heard);
     }
 
     /// Node `index`'s first check ended: its connection is ready (or failed).
     pub(super) fn first_check_ended(&self, index: usize) {
-        self.first(index, |detail| &mut detail.attempted, &self.all_attempted);
+        self.mark_first(index, |detail| &mut detail.attempted, &self.all_attempted);
     }
 
     /// Sets a node's `flag`; the first time, sets `all` once every node's
     /// is set, and wakes the waiters.
-    pub(super) fn first(&self, index: usize, flag: fn(&mut Detail) -> &mut bool, all: &AtomicBool) {
+    pub(super) fn mark_first(
+        &self,
+        index: usize,
+        flag: fn(&mut Detail) -> &mut bool,
+        all: &AtomicBool,
+    ) {
         if std::mem::replace(flag(&mut self.detail(index)), true) {
             return;
         }

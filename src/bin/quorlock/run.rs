@@ -114,7 +114,7 @@ pub(super) async fn run(args: RunArgs) -> ExitCode {
 
 /// The lock `args` ask for: plain, on several resources, a read or the write
 /// hold of a read-write lock.
-pub(super) async fn acquire(
+pub(super) async fn acquire_asked(
     redlock: &Redlock,
     args: &RunArgs,
 ) -> quorlock::Result<quorlock::LockGuard> {
@@ -134,7 +134,7 @@ pub(super) async fn lock_and_run(
     // Acquire; a signal while waiting gives up at once (nothing started yet;
     // what the round in flight set is released in the background).
     let acquired = tokio::select! {
-        acquired = acquire(redlock, args) => acquired,
+        acquired = acquire_asked(redlock, args) => acquired,
         signal = signals.next() => {
             eprintln!("quorlock: interrupted while waiting for the lock");
             return ExitCode::from(u8::try_from(128 + signal).unwrap_or(1));
