@@ -78,8 +78,7 @@ pub enum BuildError {
 /// from a round carry the [`Votes`] and, as [`source()`](std::error::Error::source),
 /// the last [`NodeError`] seen in that round.
 ///
-/// `#[non_exhaustive]`: lock kinds to come (read-write, several resources)
-/// may fail in ways of their own.
+/// `#[non_exhaustive]`: new kinds of lock may fail in ways of their own.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

@@ -50,9 +50,9 @@
 //! The lease's lock is a plain mutex and its watchers wait on one `Notify`,
 //! woken after each change they must see: a watcher makes its `Notified`
 //! before it reads the validity, so a change made after the read wakes it.
-//! (A `tokio::sync::watch` channel did the same with eight notifiers, each
-//! taken at every change and again when the lease was dropped: 3 % of the
-//! client's CPU per uncontended lock + unlock, where nobody watches.)
+//! One `Notify` rather than a `tokio::sync::watch` channel: a channel's
+//! notifiers are taken at every change and again when the lease is
+//! dropped, a cost on every lock + unlock, where usually nobody watches.
 //!
 //! [`LockGuard::run`]: crate::LockGuard::run
 //! [`LockGuard::keep_alive`]: crate::LockGuard::keep_alive

@@ -160,7 +160,7 @@ impl LockId {
 /// bits), 33 characters. The bits come from `rand`'s thread-local generator
 /// (ChaCha12, seeded from the OS and reseeded as it goes, a cryptographically
 /// secure generator), not from a `getrandom` system call per token, which
-/// cost about 5 % of the CPU of an uncontended lock + unlock at one node.
+/// costs about 5 % of the CPU of an uncontended lock + unlock at one node.
 ///
 /// The `q` tells the queue script a quorlock holder from a foreign one
 /// (rslock's 20 random bytes, node-redlock's 32 hex digits, redsync's 24
@@ -170,7 +170,7 @@ pub(crate) fn new_token() -> Arc<str> {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let uuid = uuid::Builder::from_random_bytes(rand::random()).into_uuid();
     let mut text = [b'q'; TOKEN_LEN];
-    // The hex digits written by hand: uuid's formatter took 40 % of a token.
+    // The hex digits written by hand: uuid's formatter takes 40 % of a token.
     for (digits, byte) in text[1..].chunks_exact_mut(2).zip(uuid.into_bytes()) {
         digits[0] = HEX[usize::from(byte >> 4)];
         digits[1] = HEX[usize::from(byte & 0x0f)];

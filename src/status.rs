@@ -11,8 +11,8 @@ const TOKEN_PREFIX_LEN: usize = 8;
 
 /// What one node holds for a resource.
 ///
-/// `#[non_exhaustive]`: lock kinds to come (readers and writers) hold
-/// resources in other ways.
+/// `#[non_exhaustive]`: new kinds of lock may hold resources in other
+/// ways (a read-write lock's holds are told by [`RwStatus`]).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum NodeState {

@@ -34,12 +34,12 @@
 //! - **Writes coalesced.** The connection's driver task (the `redis`
 //!   crate's: it writes the commands that calls queue on the connection and
 //!   hands the replies back) is spawned here, for `redis://` and `unix://`
-//!   nodes, behind [`Coalescing`]: woken while other calls are under way on
+//!   nodes, behind [`Coalescing`](coalescing::Coalescing): woken while other calls are under way on
 //!   the link, it lets the tasks already waiting on its worker run first (up
-//!   to [`BATCH`] more calls), so that the commands they queue go out in one
+//!   to [`BATCH`](coalescing::BATCH) more calls), so that the commands they queue go out in one
 //!   write. Without it, tokio's multi-thread scheduler runs a freshly woken
-//!   task next (its "LIFO slot"), so the driver wrote each command as soon
-//!   as its caller queued it: one system call per command, on the client and
+//!   task next (its "LIFO slot"), so the driver would write each command as
+//!   soon as its caller queued it: one system call per command, on the client and
 //!   on the server. With 64 concurrent lock + unlock cycles on one node, the
 //!   client's CPU per cycle falls by about 40 % and the server's by about
 //!   30 % (see docs/benchmarks.md). A lone caller's command

@@ -152,7 +152,7 @@ pub(super) fn judge(facts: &Facts<'_>) -> Judgment {
     Judgment::AskRecords
 }
 
-/// Rule 4: the incarnation changed while this client knew the node.
+/// Rule 3: the incarnation changed while this client knew the node.
 pub(super) fn changed(promoted: bool) -> Judgment {
     if promoted {
         Judgment::Recovering {

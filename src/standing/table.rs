@@ -69,7 +69,7 @@ pub(super) struct Detail {
     /// The first check ended: the connection it made is ready, or it failed.
     pub(super) attempted: bool,
     /// A check has read the node, or a connection to it failed: what the
-    /// rule for young unrecorded nodes (rule 5) waits for.
+    /// rule for young unrecorded nodes (rule 8) waits for.
     pub(super) heard: bool,
     /// A first check runs as a task (see [`Standings::ensure`]).
     pub(super) checking: bool,
