@@ -1,4 +1,4 @@
-//! Draws the benchmark's figures as SVG, for the README:
+//! Draws the benchmark's figures as SVG, for docs/benchmarks.md:
 //!
 //! - `contention-wait.svg`: the distribution (CDF) of the wait for the lock
 //!   across processes, quorlock beside rslock, from `examples/contention.rs

@@ -13,7 +13,7 @@
 # --quick: one short run per layout and one 2 s contention run of 4 x 4 each;
 # --runs N: N runs per layout; --no-contention skips the contention part.
 # Then examples/plots.rs draws the figures (SVG) into --figures DIR: by
-# default docs/figures (the README's) after a full run, a scratch directory
+# default docs/figures (docs/benchmarks.md's) after a full run, a scratch directory
 # after --quick.
 # Usage: scripts/bench.sh [--quick] [--runs N] [--no-contention] [--json PATH] [--figures DIR]
 set -euo pipefail
@@ -78,7 +78,7 @@ for layout in "${layouts[@]}"; do
 done
 "$bench" --summarize --json "$json" "$results"/*.jsonl
 echo "(medians as JSON lines in $json)"
-# The figures: the README's (docs/figures) from a full run, a scratch
+# The figures: docs/benchmarks.md's (docs/figures) from a full run, a scratch
 # directory's from a quick one (so that the drawing cannot rot).
 if [ -z "$figures" ]; then
     if $quick; then figures="$results/figures"; else figures=docs/figures; fi

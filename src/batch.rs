@@ -9,7 +9,7 @@
 //!
 //! - Only votes sent while other calls are under way on the node's
 //!   connection ([`Batches::busy`]) come here; a vote sent alone goes out
-//!   at once, with its reading pipelined after it (`node.rs`).
+//!   at once, with its reading pipelined after it (`node/`).
 //! - The first vote to find no batch gathering *leads*: it yields once to
 //!   the runtime (so that the other tasks ready to run add their votes),
 //!   then takes every vote gathered so far and sends them, with `TIME`, on
@@ -42,9 +42,9 @@
 //!
 //! The batch adds no round trip, and a lone vote does not wait for one: it
 //! is not batched (as the connection's driver yields only where other
-//! calls are under way, see `connection.rs`). Only connections to one
+//! calls are under way, see `connection/`). Only connections to one
 //! server batch; a cluster's votes read the clock each in its own request
-//! (`node.rs`).
+//! (`node/`).
 //!
 //! Cancel safety: a vote's commands are sent once it has joined a batch,
 //! whether or not its caller still waits.
@@ -183,7 +183,7 @@ impl Batches {
     /// [`unsent`](Self::unsent)) has gone out: its pipeline handed to the
     /// connection, so that a command sent on the connection after this
     /// lands on the node after its votes. A release waits for the batches
-    /// begun before it (see `node.rs`): a lock's release must not overtake
+    /// begun before it (see `node/`): a lock's release must not overtake
     /// the vote that set its key on this node, which, batched, waits for
     /// its batch to gather while the other nodes' grants already won the
     /// round. The wait is a batch's gathering: one turn of the runtime;

@@ -18,7 +18,7 @@
 //! # Safety argument
 //!
 //! This only ever *ends* a lease early; it never makes a lock valid. It
-//! assumes what the restart judgment does (see `standing.rs`): the client
+//! assumes what the restart judgment does (see `standing/`): the client
 //! sees a change of server on the first connection to the new one, which
 //! is checked before any call uses it. The counter is read before the
 //! round's first request goes out, so a change noticed while the round was

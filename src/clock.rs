@@ -280,7 +280,7 @@ impl Lead {
     /// client's monotonic time at `now` (on `epoch`), plus [`RATE_PPM`] of
     /// the span since the lead was read. An estimate to aim at, never a
     /// bound that safety rests on: a step forward since the reading puts
-    /// the node's clock beyond it (see `node.rs`, a reader's round without
+    /// the node's clock beyond it (see `node/`, a reader's round without
     /// a script, which checks what it aimed at against a reading taken after).
     pub(crate) fn node_clock_at_most(&self, epoch: Epoch, now: Instant) -> i64 {
         let span_us =

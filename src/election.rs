@@ -17,10 +17,10 @@
 //! # Safety
 //!
 //! *One leader at a time.* A leadership is a lock: the mutex's argument
-//! (`acquire.rs`, `lease.rs`) carries over unchanged, with its assumptions
+//! (`acquire/`, `lease.rs`) carries over unchanged, with its assumptions
 //! (independent nodes, clock drift within the drift factor, keys kept for
 //! their TTL on the nodes that count; restarts, failovers and clock steps
-//! held back as `standing.rs` and `clock.rs` say). Two leaderships are never
+//! held back as `standing/` and `clock.rs` say). Two leaderships are never
 //! both valid: each needed a quorum of nodes that set its key while it was
 //! absent, two quorums share a node, and that node held one key at a time.
 //! A leader paused past its lease finds its guard invalid when it resumes
@@ -29,7 +29,7 @@
 //!
 //! *Terms rise.* A term is its lock's fencing token: higher than the token of
 //! every lock on the name granted before it (the fencing argument in
-//! `acquire.rs`: the granting quorum shares a node with every earlier one,
+//! `acquire/`: the granting quorum shares a node with every earlier one,
 //! whose counter already passed the earlier tokens). A leader deposed while
 //! paused holds a lower term than the leader after it, so a store that keeps
 //! the highest term it saw refuses the deposed leader's writes (see

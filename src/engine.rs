@@ -94,7 +94,7 @@ pub(crate) async fn lane_permit(
 pub(crate) struct Engine {
     pub(crate) nodes: Arc<[Node]>,
     pub(crate) config: Config,
-    /// Whose votes count (see `standing.rs`).
+    /// Whose votes count (see `standing/`).
     pub(crate) standings: Arc<Standings>,
     pub(crate) notifications: Arc<Notifications>,
     /// This client's liveness on the nodes, for its waiters (see `session.rs`).
@@ -337,7 +337,7 @@ impl Engine {
     /// until it answers a `PING`, as after a vote's timeout). Calls still
     /// under way finish in the background, for up to [`RELEASE_LINGER`]:
     /// the one timer of the round bounds them all. Where the key held our
-    /// token, the node hands it on to its first waiter (see `queue.rs`);
+    /// token, the node hands it on to its first waiter (see `queue/`);
     /// `place` says what becomes of a waiter's own entry.
     pub(crate) async fn release(
         &self,
@@ -464,7 +464,7 @@ fn standings(targets: &[Target], config: &Config) -> Arc<Standings> {
 }
 
 /// How the standings run their errands on a node (record a node's
-/// `run_id`, note a clock step, read a clock: see `standing.rs`), through
+/// `run_id`, note a clock step, read a clock: see `standing/`), through
 /// the nodes, which the standings do not know.
 fn recorder(nodes: &Arc<[Node]>, keys: standing::RecordKeys) -> standing::Recorder {
     let weak = Arc::downgrade(nodes);

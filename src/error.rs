@@ -78,6 +78,44 @@ pub enum BuildError {
 /// from a round carry the [`Votes`] and, as [`source()`](std::error::Error::source),
 /// the last [`NodeError`] seen in that round.
 ///
+/// # The errors, by kind
+///
+/// Two error types, one per kind of call. Building a client fails with a
+/// `quorlock::BuildError`: `NoNodes`, `InvalidUrl` (password masked; port 0
+/// refused), `InvalidDriftFactor`, `InvalidOption`; nothing was connected. Using
+/// one fails with a `quorlock::Error`. Rounds report their `Votes`
+/// (granted / refused / failed of N, quorum) and the last node error as `source()`:
+///
+/// - `Contended`: held elsewhere (or handed on to an earlier waiter) until the
+///   call's patience ran out. `Unavailable`: too many nodes failed, or gave grants
+///   that do not count, for a quorum (with `attempts` 0: the acquire timeout
+///   passed during a fresh client's first contact). Both list the grants that did
+///   not count, with why (`Error::not_counted()`; the message ends `; not counted:
+///   node …: its vote does not count: recovering from a restart (…): counts again
+///   in 41.3 s`). `NoValidity`: the quorum granted but the round outlasted the TTL.
+/// - `LockLost { reason }`: `Expired`, `ExtensionRefused` (a quorum no longer holds
+///   our token), `Unreachable` (too few nodes answered), `LimitReached`.
+/// - `ReleaseUnconfirmed`: too few nodes answered an `unlock`; keys expire by TTL.
+/// - `Misconfigured`: found at first contact (see below); locking is refused.
+/// - The call's input: `InvalidTtl`, `InvalidResource` (`is_invalid_input()`);
+///   `NoRuntime` outside tokio.
+///
+/// Both are `#[non_exhaustive]` (new kinds of lock and options may fail in new
+/// ways); `Unlocked` is not (a release freed the lock or found it gone). The
+/// limits and defaults are associated constants: `Redlock::MAX_TTL`,
+/// `Redlock::MAX_RESOURCE_LEN`, `Redlock::WAITER_LIFETIME`,
+/// `Redlock::REFRESH_INTERVAL`, `Redlock::RECORD_SUFFIX`,
+/// `LockStatus::TOKEN_PREFIX_LEN`, and `RedlockBuilder::DEFAULT_*`.
+///
+/// A node error (`NodeError`, the `source()`) names the node and carries its reply
+/// as the node said it: `no answer within 50ms`, `WRONGTYPE …` (a key of another
+/// type under the lock name), `NOAUTH …` / authentication failed, `OOM …`
+/// (`maxmemory` reached with `noeviction`), `READONLY …` (the node became a replica),
+/// `could not connect within 1s` (connecting includes the node's check), or `its
+/// vote does not count: …` (`NodeError::not_counted()`: not checked yet, skipped
+/// as unresponsive, or recovering from a restart, with why). Each is a vote
+/// against; the other nodes can still make the quorum.
+///
 /// `#[non_exhaustive]`: new kinds of lock may fail in ways of their own.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

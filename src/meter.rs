@@ -3,22 +3,7 @@
 //! OpenTelemetry exporter) and quorlock only reports. Without the feature
 //! every function here is empty and compiles away.
 //!
-//! | name | type | labels | what |
-//! |---|---|---|---|
-//! | `quorlock_acquisitions_total` | counter | `kind` | locks taken |
-//! | `quorlock_acquire_failures_total` | counter | `kind`, `reason` | calls that took no lock: `contended`, `unavailable`, `no_validity`, `misconfigured`, `invalid_input`, `no_runtime` |
-//! | `quorlock_acquire_wait_seconds` | histogram | `kind` | from the call to the lock, of calls that took it |
-//! | `quorlock_round_seconds` | histogram | `round` | one round to its decision: `acquire`, `extend`, `release` |
-//! | `quorlock_extensions_total` | counter | `kind`, `outcome` | `extended`, `refused` (a quorum no longer holds the lock), `unreachable` (too few answers), `late` (a quorum, after the validity) |
-//! | `quorlock_locks_lost_total` | counter | `kind`, `reason` | held locks lost, once each, when quorlock learns of it: `extension_refused`, `expired`, `unreachable`, `limit_reached` |
-//! | `quorlock_releases_unconfirmed_total` | counter | `kind` | `unlock` calls that returned `ReleaseUnconfirmed` |
-//! | `quorlock_nodes_not_counted_total` | counter | `reason` | node answers in rounds that did not count: `unchecked`, `unresponsive` (skipped, not asked), `recovering` (after a restart) |
-//! | `quorlock_notifications_received_total` | counter | | handoff notifications that reached a waiter |
-//!
-//! `kind` is `lock` (`lock`, `try_lock`, `with_lock`), `lock_all`, `read`
-//! or `write`. Resource names are not labels unless
-//! [`RedlockBuilder::metrics_resource_label`](crate::RedlockBuilder::metrics_resource_label)
-//! is on: each name would be a series of its own, without bound.
+//! The names, types and labels are listed in the crate docs ("Metrics").
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,5 +1,5 @@
 //! Handoff notifications across clients: when a release hands a lock key on
-//! to the first waiter in a node's queue (see `queue.rs`), the script
+//! to the first waiter in a node's queue (see `queue/`), the script
 //! publishes that waiter's id on the channel of the waiter's *client*,
 //! `quorlock-wake:<client id>` (a waiter id starts with its client's
 //! liveness key, which ends with the client id; see `session.rs`), as
@@ -40,7 +40,7 @@ use crate::tasks;
 const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 
 /// The start of a client's channel name; the client id follows. The scripts
-/// build the same name from a waiter id (see `scripts.rs`).
+/// build the same name from a waiter id (see `scripts/`).
 pub(crate) const WAKE_CHANNEL_PREFIX: &str = "quorlock-wake:";
 
 /// The nodes that reserved a key for one waiter since it last looked: bit

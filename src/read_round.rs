@@ -1,5 +1,5 @@
 //! A reader's round without a script: what it sends and how its replies
-//! read (the exchange itself is in `node.rs`).
+//! read (the exchange itself is in `node/`).
 //!
 //! A reader's grant in one script (`scripts::READ`) costs a node about ten
 //! plain commands' worth (`EVALSHA` and five calls, see docs/benchmarks.md).
@@ -36,7 +36,7 @@
 //! on a node is one step that sets the writer's key or finds a reader's
 //! entry whose end has not passed on the node's clock: the write script
 //! drops ended entries and is refused by any other; a writer's first round
-//! sets its key and then looks for the readers' set (`acquire.rs`).
+//! sets its key and then looks for the readers' set (`acquire/rw.rs`).
 //!
 //! *Claim*: where this round is granted on node `n`, no writer is granted
 //! on `n` from the reader's `ZADD` until its hold's validity ended. Say a

@@ -182,7 +182,7 @@ pub(crate) fn new_token() -> Arc<str> {
 pub(crate) const TOKEN_LEN: usize = 1 + uuid::fmt::Simple::LENGTH;
 
 /// What a node appends to a quorlock holder's token while waiters are queued
-/// behind it there (the queue script marks it, see `queue.rs`): the release
+/// behind it there (the queue script marks it, see `queue/`): the release
 /// of an unmarked token is a plain compare-and-delete, with no look at the
 /// queue. The extend, release and fencing scripts accept our token with or
 /// without it; a status reads the token without it ([`unmarked`]).
@@ -214,7 +214,7 @@ pub(crate) enum Request {
     /// and `EXISTS` of the readers' set and the intent, pipelined, with no
     /// script; granted where it set the key and neither exists (elsewhere
     /// the node gives back what it set before it answers). See
-    /// `acquire.rs`, "Read-write locks".
+    /// `acquire/rw.rs`.
     FirstWrite {
         /// The writer's lock ([`Shape::Write`]).
         lock: LockId,
@@ -231,7 +231,7 @@ pub(crate) enum Request {
         ttl_ms: u64,
     },
     /// The queue's acquire script: set the key only when it is free for this
-    /// waiter, and queue the waiter otherwise (see `queue.rs`).
+    /// waiter, and queue the waiter otherwise (see `queue/`).
     Wait {
         /// The lock to take.
         lock: LockId,

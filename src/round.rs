@@ -146,7 +146,7 @@ impl Round {
     /// Starts one call per node (in node order); they run as the round is
     /// awaited, and in `background` after the round is dropped. With
     /// `standings`, a grant counts only if the node's vote counts when the
-    /// grant arrives (see `standing.rs`); one that does not is a failed vote
+    /// grant arrives (see `standing/`); one that does not is a failed vote
     /// with its error. Reading the standing on arrival, not at the start,
     /// matters: a call may connect (and check the node) during the round.
     pub(crate) fn over(

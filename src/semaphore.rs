@@ -20,14 +20,14 @@
 //! # Safety
 //!
 //! *Never more than `permits` valid holders.* A valid permit is a valid
-//! lock on one slot, and the mutex's argument (`acquire.rs`, `lease.rs`)
+//! lock on one slot, and the mutex's argument (`acquire/`, `lease.rs`)
 //! gives each slot at most one valid holder: each needed a quorum of nodes
 //! that set the slot's key while it was absent, and two quorums share a
 //! node. There are `permits` slots, so there are at most `permits` valid
 //! permits. It assumes what the mutex assumes (independent nodes, clock
 //! drift within the drift factor, keys kept for their TTL on the nodes that
 //! count; restarted, failed-over and clock-stepped nodes held back as
-//! `standing.rs` and `clock.rs` say), slot by slot. Nodes that disagree
+//! `standing/` and `clock.rs` say), slot by slot. Nodes that disagree
 //! about a slot (one holds it for one caller, another for another) only
 //! withhold that slot: no one wins it without a quorum. Every client of
 //! one semaphore must give the same `permits`: a client told more slots
@@ -37,7 +37,7 @@
 //! *A dead holder's permit comes back* when its slot's key expires, within
 //! its TTL; a dead gate holder's gate, within the TTL it asked for.
 //!
-//! *Fairness* comes from the gate's queue (see `queue.rs`): callers take
+//! *Fairness* comes from the gate's queue (see `queue/`): callers take
 //! slots in the order they reached the gate, across processes. The gate
 //! only orders callers: it grants nothing, and a caller that goes around
 //! it ([`Semaphore::try_acquire`]) is still bound by the slots.

@@ -6,7 +6,7 @@
 //! Each client has a *liveness key* on every node,
 //! `<key prefix>quorlock-client:<client id>`, and every waiter id starts
 //! with it (the liveness key, a dot, a number). An entry in a queue is live
-//! while its client's liveness key exists on that node (see `queue.rs`).
+//! while its client's liveness key exists on that node (see `queue/`).
 //! In the slotted layout (a Redis Cluster node, see `cluster.rs`) a script
 //! may only touch keys of one slot, so the client has one liveness key per
 //! hash tag it waits on, `<key prefix>{<tag>}quorlock-client:<client id>`,
@@ -55,7 +55,7 @@
 //! Nothing here grants a lock or sets a key over a token: a check hands a
 //! *free* key (or a reservation nobody may claim) on as a reservation, which
 //! is not a token and only withholds, and marks a holder's token, which
-//! changes no holder (`queue.rs` has both arguments). A liveness key only
+//! changes no holder (`queue/` has both arguments). A liveness key only
 //! decides which waiter is first; mutual exclusion rests on the quorum.
 
 use std::collections::HashMap;

@@ -6,7 +6,7 @@
 //!
 //! A cluster connection is made from one reading of the topology
 //! (`CLUSTER SLOTS`), with a connection to every primary it names, each
-//! checked with the others as one node (see `standing.rs`). A command goes
+//! checked with the others as one node (see `standing/`). A command goes
 //! to the primary of its key's slot; a command that names no key (`PING`,
 //! `SCRIPT LOAD`, `WAIT`) goes to every primary.
 //!

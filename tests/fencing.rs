@@ -135,7 +135,7 @@ async fn fencing_off_sends_nothing_extra() {
     tokio::time::sleep(Duration::from_millis(300)).await; // stragglers
     let calls = without_clock_readings(command_calls(&nodes));
     // The commands the release script runs count too: it reads the key,
-    // finds our token unmarked (nobody waits: see `queue.rs`) and deletes it,
+    // finds our token unmarked (nobody waits: see `queue/`) and deletes it,
     // the round-trip floor's compare-and-delete.
     let release = [("evalsha", 60), ("get", 60), ("del", 60)];
     let expected = counts(&[&[("set", 60)], &release[..]].concat());

@@ -134,9 +134,10 @@ async fn worker(
 /// A quorlock process and an rslock process of two tasks each, on one
 /// resource on five nodes for 4 s: both get the lock, it changes hands
 /// between them, and never two hold it at once. The share is not even, and
-/// the README says why: a quorlock release hands the lock to the next
-/// quorlock waiter (seen with three quorlock tasks and three rslock tasks:
-/// 626 acquisitions against 4), and a quorlock waiter finds a lock that
+/// docs/operations.md ("Sharing locks with other Redlock clients") says
+/// why: a quorlock release hands the lock to the next quorlock waiter
+/// (seen with three quorlock tasks and three rslock tasks: 626
+/// acquisitions against 4), and a quorlock waiter finds a lock that
 /// another client released only at its next retry (one quorlock task
 /// against three rslock tasks: 12 against 906). Two and two made 264
 /// against 536, with 17 hand-overs.

@@ -147,7 +147,7 @@ async fn node_refusing_time_is_counted_with_a_warning() {
 /// A node whose check cannot finish does not count, and the failed lock
 /// says why in its `source()` instead of a bare "1 failed". Here the node is
 /// 200 ms away: connecting takes one round trip, within the 300 ms connect
-/// timeout, but the check (part of connecting, see `standing.rs`) needs a
+/// timeout, but the check (part of connecting, see `standing/`) needs a
 /// second one, so the connection is never handed to the lock's `SET`, which
 /// would fit in the 2 s node timeout. No grant can come from an unchecked
 /// connection.

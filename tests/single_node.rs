@@ -150,7 +150,7 @@ fn reads_processed(server: &RedisServer) -> u64 {
         .expect("total_reads_processed in INFO stats")
 }
 
-/// Concurrent calls on one worker share writes (see `connection.rs`): 64
+/// Concurrent calls on one worker share writes (see `connection/`): 64
 /// tasks locking and unlocking at once reach the server in far fewer reads
 /// than commands. Without the coalescing, tokio's LIFO slot ran the
 /// connection's driver after each call, one write (and one server read)
@@ -202,7 +202,7 @@ fn concurrent_calls_on_one_worker_share_writes() {
 }
 
 /// A node named by its Unix socket (`redis+unix://`): its connection is made
-/// and driven by quorlock as a TCP node's (see `connection.rs`); locks are
+/// and driven by quorlock as a TCP node's (see `connection/`); locks are
 /// taken, contended and released, by one caller and by 16 at once.
 #[test]
 fn a_unix_socket_node_locks_and_releases() {

@@ -1,5 +1,60 @@
 //! One acquire call under way ([`Acquisition`]), as named steps: take the
 //! turn, make the round, fence it, or clean it up and pause.
+//!
+//! # Fencing
+//!
+//! With fencing on, a won round is *fenced* before it becomes a guard
+//! ([`Acquisition::fence`]): its token is made larger than every earlier
+//! holder's.
+//!
+//! **How.** Each node keeps one counter (not one per resource). The
+//! acquisition's `SET NX` goes with an `INCR` of the counter, pipelined in the
+//! same request (the queue script does both in one step); a refused `SET`
+//! increments it too, which is harmless, since counters need only grow. A
+//! counter the node lost (restarted without persistence: missing, so `INCR`
+//! gives 1, or small after a few refused rounds) is seeded from the server's
+//! `TIME` in microseconds before it makes a token: a grant whose counter is
+//! below 2^40 asks the seed script for `max(counter, TIME)` plus one, while
+//! our key is there. The token `T` is the highest counter among the granting
+//! nodes. Before the guard is returned, every granting node
+//! whose own counter was below `T` gets a write-back, `counter = max(counter,
+//! T)`, done only while the node's key still holds our lock token; a node whose
+//! grant returned `T` itself needs none (its counter reached `T` by the `INCR`
+//! that followed our `SET`, while our key was there). Nodes that refuse the write-back leave the
+//! holding set; below a quorum the acquisition fails and is released. When a
+//! quorum of grants returned `T` already (one client's rounds reach all nodes
+//! in the same order, so their counters move together; one node always), no
+//! write-back is sent at all. The validity is checked again after the
+//! write-back.
+//!
+//! **Why tokens increase.** Let holder A get token `T_A`: a quorum `W_A` of
+//! nodes either returned `T_A` with their grant or took A's write-back, so
+//! each node in `W_A` had a counter ≥ `T_A` while it held A's key. Let B be a later holder of the resource, granted by
+//! a quorum `G_B`. Two quorums of the same N nodes share at least one node
+//! `n`. At `n`, B's `SET NX` succeeded, so A's key was gone there, so A's
+//! grant or write-back (done while A's key was there) came first: `n`'s counter was
+//! already ≥ `T_A` when B's script incremented it. Hence the counter B got
+//! from `n` is > `T_A`, and `T_B`, a maximum that includes it, is > `T_A`.
+//!
+//! The `INCR` is not atomic with the `SET` before it: our key could leave
+//! node `n` between the two only by expiring, and a key that expires before
+//! the `INCR`'s reply leaves the round no validity (the drift bound of the
+//! lock itself), so a holder's counter on `n` was always taken while its key
+//! was there.
+//!
+//! **Assumptions.** The argument needs node `n` to keep its counter between
+//! A's write-back and B's acquisition. A node that restarts without
+//! persistence loses it and reseeds from its clock: tokens still increase as
+//! long as a node's clock (in µs) is ahead of the largest token handed out,
+//! that is, as long as counters grow by fewer than one per microsecond and the
+//! nodes' clocks do not step back or differ by more than the time since the
+//! counters were seeded. It also relies on the same rules as the lock itself
+//! (independent masters; a restarted node held back for the restart grace,
+//! kept down for a TTL, or persistent).
+//!
+//! **Not covered.** The token protects only a resource that checks it. It
+//! does not order holders of *different* resources, and it says nothing about
+//! a holder that keeps running without writing.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -12,7 +12,7 @@
 //!
 //! What may grant a lock here is only the quorum of a round (and of its
 //! fencing write-back): the queue, the notifications and the memory of busy
-//! keys only choose which correct round to make and when (see `queue.rs`).
+//! keys only choose which correct round to make and when (see `queue/`).
 //!
 //!
 //! The read-write lock's keys and safety argument are in `rw.rs`; locks on

@@ -22,6 +22,34 @@ enum Nodes {
 /// (from `redis::Client`s you configured yourself, e.g. for TLS). Nothing is
 /// checked or connected until [`build`](RedlockBuilder::build).
 ///
+/// # Options
+///
+/// | builder method | default | meaning |
+/// |---|---|---|
+/// | `retry_count(n)` | 10 | with `retry_delay`, a `lock` call's patience: `n × delay` from the call (2 s), however often it is woken; 0 makes `lock` one round like `try_lock`. Without it, an `acquire_timeout` alone bounds the wait |
+/// | `acquire_timeout(d)` | none | a `lock` call's patience, counted from the call (the shorter, if `retry_count` is set too; at most 1 h); no round starts after it; a round under way may finish (≤ 2 × node timeout, 3 × with fencing). A fresh client's first contact counts against it too |
+/// | `retry_delay(d)` | 200 ms | pause between rounds when too few nodes answered (a waiter for a held lock waits in the queue instead); the unit of the patience |
+/// | `retry_jitter(d)` | 100 ms | each pause drawn uniformly from `delay ± jitter` |
+/// | `node_timeout(d)` | 50 ms | bound on every call to one connected node; a timeout is a vote against, and the node is skipped by votes until it answers a `PING` |
+/// | `connect_timeout(d)` | 1 s | bound on connecting to one node (TCP, TLS, `AUTH`, setup commands) including its check (one round trip, two when the node's run_id is recorded); separate, so that a node 30 ms or more away can be reached at all |
+/// | `drift_factor(f)` | 0.01 | validity is reduced by `ttl × f + 2 ms`; must be in `[0, 1)` |
+/// | `key_prefix(p)` | `quorlock:` | prepended to the resource name to form the key |
+/// | `auto_extend(b)` | on | `run`/`with_lock` extend the lock about a third of the TTL before it expires |
+/// | `max_hold(d)` | 60 s | automatic extension never carries a lock past `d` from its acquisition |
+/// | `max_extensions(n)` | none | at most `n` automatic extensions per lock |
+/// | `release_notifications(b)` | on | a waiting `lock` listens (pub/sub) for the release that hands the lock on to it and claims it at once; off, it makes a round every 250 ms (or its retry delay if shorter) to find out, which costs the nodes a round per waiter |
+/// | `fencing(b)` | off | fencing tokens (an `INCR` pipelined with each `SET`; one more round trip only when the nodes' counters differ) |
+/// | `fencing_counter_key(k)` | `quorlock-fencing-counter` | each node's fencing counter (only the key: `fencing(true)` turns fencing on, in either order) |
+/// | `restart_grace(d)` | 60 s | a node whose server changed (a restart without durable data, a failover) does not count for this long after it came back (at least the longest TTL this client used); must cover every client's TTL; 0: off (see `docs/operations.md`) |
+/// | `clock_tolerance(d)` | 100 ms | a node whose wall clock ran ahead by more than this (a clock step, which expires its keys early) does not count for the restart grace; every lock's validity is shortened by it; set it above twice the round trip to the nodes; 0: off (see `docs/operations.md`) |
+/// | `trust_durable_nodes(b)` | on | a node with `appendonly yes` + `appendfsync always` counts at once after a restart (not after a failover) |
+/// | `replica_acks(n)` | 0 (off) | a grant counts only once `n` of the node's replicas acknowledged it (`WAIT`); the key then survives a failover to one of them, but the holder is still told and the new primary still held back (see the method's docs); one round trip more per grant |
+/// | `strict_restarts(b)` | off | also hold back nodes that are younger than the grace when first met |
+///
+/// TTLs are rounded down to whole milliseconds; valid TTLs leave some validity
+/// after the drift allowance (3 ms or more with the default drift) and are at most
+/// 365 days. Everything invalid is a `[`BuildError`](crate::BuildError)` (when building) or an [`Error`](crate::Error) (when locking), never a panic.
+///
 /// # Examples
 ///
 /// ```

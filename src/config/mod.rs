@@ -1,7 +1,7 @@
 //! Configuration: the options a [`RedlockBuilder`] collects (defaults as
 //! its associated constants), checked into a [`Config`] that the engine runs
 //! on. Making the client out of them, [`RedlockBuilder::build`], belongs to
-//! the client (`redlock.rs`), which this folder does not know.
+//! the client (`redlock/`), which this folder does not know.
 //!
 //! # The files
 //!

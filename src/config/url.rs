@@ -8,7 +8,7 @@ use redis::Client;
 use crate::error::BuildError;
 use crate::target::{CLUSTER_SCHEME, ClusterSeeds, SENTINEL_SCHEME, Sentinels, Target};
 
-/// A node from its URL: a `redis+sentinel://` one (see `target.rs`), or
+/// A node from its URL: a `redis+sentinel://` one (see `target/`), or
 /// one the `redis` crate opens.
 pub(super) fn open_url(url: &str) -> Result<Target, BuildError> {
     let invalid = |reason: String| BuildError::InvalidUrl {

@@ -2,7 +2,7 @@
 //! created on first use and replaced when it breaks.
 //!
 //! - **Checked before use.** Connecting ends with the node's check (see
-//!   `standing.rs`): a connection is handed to calls only after the check
+//!   `standing/`): a connection is handed to calls only after the check
 //!   judged the server behind it, so no reply of a restarted server is
 //!   counted before its restart was seen.
 //! - **Its own bound.** Connecting (TCP, TLS, `AUTH`, the client's setup

@@ -1,7 +1,7 @@
-//! One Redis node: its connection (`connection.rs`) and the lock operations,
+//! One Redis node: its connection (`connection/`) and the lock operations,
 //! each bounded: votes and releases by the per-node timeout, the
 //! status reads by the connect timeout (as is connecting, with the node's
-//! check: see `connection.rs` and `standing/`).
+//! check: see `connection/` and `standing/`).
 //!
 //! A node whose call timed out is *skipped* by votes (an immediate vote
 //! against, instead of one more request piling up behind a frozen server)
@@ -199,7 +199,7 @@ impl Node {
     }
 
     /// Records `incarnation` in the node's record of incarnations that
-    /// counted (see `standing.rs`), each command bounded by the connect
+    /// counted (see `standing/`), each command bounded by the connect
     /// timeout.
     pub(crate) fn record_incarnation(
         &self,
@@ -361,7 +361,7 @@ impl Node {
     }
 }
 
-/// Checks a new connection to node `index` (see `standing.rs`). Before
+/// Checks a new connection to node `index` (see `standing/`). Before
 /// Redis 7.0, `SET NX GET` is refused: such a node starts with `SET NX PX`
 /// rather than pay a refused round trip.
 async fn check(

@@ -15,7 +15,7 @@ pub(crate) const UNSEEDED_BELOW: i64 = 1 << 40;
 /// microseconds (a node restarted without persistence must not count again
 /// from 1), then increments it and returns it. Returns 0 when our key is gone.
 /// The fenced acquisition itself is no script: `SET NX GET PX` and `INCR` of
-/// the counter, pipelined (see `node.rs`); this runs only after a grant whose
+/// the counter, pipelined (see `node/`); this runs only after a grant whose
 /// `INCR` found the counter missing.
 pub(crate) static FENCE_SEED: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_SEED_CODE));
 

@@ -78,7 +78,7 @@ return {0, enqueue(QUEUE, waiter, tonumber(ARGV[4]))}"#
 /// hands on a reservation made for it.
 ///
 /// The key may hold our token marked (`ARGV[1]` and `+`: waiters are queued
-/// behind us, see `queue.rs`); the release of our unmarked token (nobody
+/// behind us, see `queue/`); the release of our unmarked token (nobody
 /// waits) is settled before the shared Lua is even defined: it costs what a
 /// plain compare-and-delete costs.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_CODE));

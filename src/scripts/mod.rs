@@ -12,7 +12,7 @@
 //! `records.rs` (a leader's record, the notes of clock steps).
 
 /// The Lua shared by the scripts that touch the queue of waiters (see
-/// `queue.rs`): the name of a lock key's queue (beside the lock key, on the
+/// `queue/`): the name of a lock key's queue (beside the lock key, on the
 /// same node), a waiter's client's liveness key and client id (from the
 /// waiter id: the liveness key, a dot and a number), marking a waiting
 /// client live, the queue's first waiter whose client is live (the entries

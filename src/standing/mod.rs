@@ -5,7 +5,7 @@
 //!   is down, or the check is under way);
 //! - **unresponsive**: its last call timed out and it has not answered a
 //!   probe since; it is not even asked (one more request would only pile up
-//!   behind a frozen server: see `node.rs`);
+//!   behind a frozen server: see `node/`);
 //! - **recovering**: the server behind it changed (it restarted, or a
 //!   replica took over as primary: a failover) and may have lost keys; it
 //!   *is* asked (so that it learns the locks taken meanwhile, and its keys
@@ -17,7 +17,7 @@
 //! # The check on every connection
 //!
 //! Every connection to a node, the first and each one after a break, is
-//! checked before any call may use it (`connection.rs` runs the check as the
+//! checked before any call may use it (`connection/` runs the check as the
 //! last step of connecting, within the connect timeout). One round trip asks
 //! `INFO server` (`run_id`, `uptime_in_seconds`), `INFO replication`
 //! (`master_replid`, `master_replid2`), `ROLE`, `CONFIG GET appendonly`,
@@ -39,7 +39,7 @@
 //! server included, is a new one. A change of server breaks the
 //! connection (the old server died, or the address moved), so no reply of
 //! a new server reaches a round before its incarnation has been judged; the
-//! connection's end starts a new connection at once (see `connection.rs`),
+//! connection's end starts a new connection at once (see `connection/`),
 //! so the change is seen without waiting for a call.
 //!
 //! **Recording.** A node judged to count does not count at once: its

@@ -3,7 +3,7 @@
 //! (`SENTINEL GET-MASTER-ADDR-BY-NAME`), the first answer naming a primary
 //! wins, and the connection goes there. A failover follows by itself:
 //! Sentinel closes the clients of the servers it reconfigures, the closed
-//! connection is replaced at once (see `connection.rs`), the Sentinels are
+//! connection is replaced at once (see `connection/`), the Sentinels are
 //! asked again, and the new primary's check holds it back as a failover
 //! (see `standing/`). A server that answers as a replica (a Sentinel that
 //! has not heard of the failover yet, or a primary demoted since) fails the

@@ -159,7 +159,7 @@ struct StatusArgs {
     /// Inspect the read-write lock on RESOURCE (its writer, a waiting writer, its readers).
     #[arg(long)]
     rw: bool,
-    /// Print the status as one JSON object (see the README for its fields); the exit code
+    /// Print the status as one JSON object (see docs/cli.md for its fields); the exit code
     /// is the same.
     #[arg(long)]
     json: bool,

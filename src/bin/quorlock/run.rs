@@ -1,22 +1,8 @@
-//! `quorlock run`: CMD under the lock, with the kill schedule.
-//!
-//! CMD may work only while the lock is valid. `quorlock run` extends the lock
-//! itself and enforces, with `grace` = `min(--grace, ttl / 2)`:
-//!
-//! - an extension is made when `grace + ttl / 4` of validity is left, and
-//!   retried (every `max(ttl / 20, node timeout)`) while it fails for lack
-//!   of answers;
-//! - **the quorum refuses an extension**, or it comes too late: the lock is
-//!   gone, and CMD's whole process group gets SIGKILL at once;
-//! - **extensions keep failing**: SIGTERM to the group at `valid_until -
-//!   grace`, SIGKILL at `valid_until` (also when `--max-hold` stops the
-//!   extensions);
-//! - **CMD exits**: what is left of its group gets SIGTERM, then SIGKILL
-//!   after the grace (at `valid_until` at the latest), before the lock is
-//!   released;
-//! - **quorlock dies**: its watchdog kills the group (see `group.rs`).
-//!
-//! Before exiting, `quorlock` waits (bounded) for the releases it runs in the
+//! `quorlock run`: CMD under the lock, with the kill schedule
+//! ([`supervise`]; the schedule, its table and the watchdog are described
+//! in `docs/cli.md`, "The kill schedule"). Before exiting, `quorlock` waits
+//! (bounded) for the releases it runs in the background, such as the
+//! cleanup of an acquire round cut short by a signal.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
