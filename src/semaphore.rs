@@ -53,7 +53,7 @@ use crate::acquire::{Fencing, How, Waits, acquire_key};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::quorum::{self, Unlocked};
+use crate::quorum::Unlocked;
 use crate::request::{GATE_SUFFIX, PERMIT_INFIX, suffixed};
 
 /// The most permits a semaphore may have.
@@ -226,9 +226,7 @@ impl Semaphore {
     async fn poll_slots(&self, ttl: Duration, deadline: Instant) -> Result<Permit> {
         let config = &self.engine.config;
         loop {
-            let unit: f64 = rand::rng().random();
-            let pause = quorum::jittered(config.retry_delay, config.retry_jitter, unit);
-            tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
+            config.sleep_retry_pause(Duration::MAX, deadline).await;
             match self.try_acquire(ttl).await {
                 Err(err) if is_busy(&err) && Instant::now() < deadline => {}
                 taken => return taken,

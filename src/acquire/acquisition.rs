@@ -59,8 +59,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rand::RngExt;
-
 use super::how::Fencing;
 use super::in_flight::InFlight;
 use super::rw::Intent;
@@ -431,10 +429,10 @@ impl Acquisition<'_> {
 }
 
 /// Sleeps for the jittered retry delay, or until `deadline`.
+///
+/// Cancel safety: cancel safe (it only sleeps).
 pub(crate) async fn retry_delay(config: &crate::config::Config, deadline: Instant) {
-    let unit = rand::rng().random::<f64>();
-    let delay = quorum::jittered(config.retry_delay, config.retry_jitter, unit);
-    tokio::time::sleep_until((Instant::now() + delay).min(deadline).into()).await;
+    config.sleep_retry_pause(Duration::MAX, deadline).await;
 }
 
 /// Why a fenced acquisition failed after its quorum: the write-back round's

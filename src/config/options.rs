@@ -1,10 +1,12 @@
 //! The checked options of a client ([`Config`]) and what follows from them.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use rand::RngExt;
 
 use crate::error::BuildError;
-use crate::quorum::MAX_TTL;
+use crate::quorum::{self, MAX_TTL};
 
 /// The retries after the first round when no acquire timeout is set
 /// ([`RedlockBuilder::DEFAULT_RETRY_COUNT`](crate::RedlockBuilder::DEFAULT_RETRY_COUNT)).
@@ -51,6 +53,23 @@ pub(crate) struct Config {
 }
 
 impl Config {
+    /// A pause of the jittered retry delay: `retry_delay ± retry_jitter`,
+    /// drawn uniformly now.
+    pub(crate) fn retry_pause(&self) -> Duration {
+        let unit = rand::rng().random::<f64>();
+        quorum::jittered(self.retry_delay, self.retry_jitter, unit)
+    }
+
+    /// Sleeps for a [`retry_pause`](Self::retry_pause), at most `at_most`,
+    /// and not past `deadline`.
+    ///
+    /// Cancel safety: cancel safe (it only sleeps).
+    pub(crate) async fn sleep_retry_pause(&self, at_most: Duration, deadline: Instant) {
+        let pause = self.retry_pause().min(at_most);
+        let until = Instant::now().checked_add(pause).unwrap_or(deadline);
+        tokio::time::sleep_until(until.min(deadline).into()).await;
+    }
+
     /// With fencing on, the key of the fencing counter of the lock whose
     /// key is `key`: each node's one counter, or in the slotted layout the
     /// counter of `key`'s hash tag (see `cluster.rs`); `None` with fencing

@@ -7,14 +7,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use rand::RngExt;
-
 use super::entries::{self as queue, Place};
 use crate::answer::Answer;
 use crate::config::Config;
 use crate::engine::{Engine, To};
 use crate::notify::{Gates, Listening};
-use crate::quorum;
 use crate::request::LockId;
 use crate::round::{NodeSet, Until};
 use crate::session::Watching;
@@ -36,10 +33,9 @@ pub(crate) async fn await_handoff(
     deadline: Instant,
 ) -> bool {
     let Some(listening) = listening else {
-        let unit = rand::rng().random::<f64>();
-        let refresh = quorum::jittered(config.retry_delay, config.retry_jitter, unit)
-            .min(queue::REFRESH_INTERVAL);
-        tokio::time::sleep_until((Instant::now() + refresh).min(deadline).into()).await;
+        config
+            .sleep_retry_pause(queue::REFRESH_INTERVAL, deadline)
+            .await;
         return false;
     };
     loop {
