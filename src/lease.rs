@@ -368,8 +368,9 @@ impl Lease {
         outcome
     }
 
-    /// Keeps the lease extended until it ends: about a third of the TTL
-    /// before the validity would end, as long as `config`'s maximum hold
+    /// Keeps the lease extended until it ends: when the validity left falls
+    /// to the configured lead ([`Config::renew_lead`]: a third of the TTL
+    /// by default), as long as `config`'s maximum hold
     /// time and extension count allow, retrying a failed extension after a
     /// pause. Returns once the lease ended (released, refused, or run out);
     /// its end is in the lease for [`lost`](Self::lost) to tell. With
@@ -389,7 +390,8 @@ impl Lease {
                     return Err(reason);
                 }
                 let renew_at = retry_at.unwrap_or_else(|| {
-                    (v.valid_until.checked_sub(v.ttl.duration / 3)).unwrap_or(v.valid_until)
+                    let lead = engine.config.renew_lead(v.ttl.duration);
+                    (v.valid_until.checked_sub(lead)).unwrap_or(v.valid_until)
                 });
                 let allowed = self.may_extend_at(&engine.config, v, renew_at);
                 Ok((v.valid_until, renew_at, extend && allowed))

@@ -206,3 +206,44 @@ async fn extension_answered_after_the_old_validity_is_not_applied() {
     );
     guard.unlock().await.unwrap();
 }
+
+/// `renew_when_left` moves the keeper's extension earlier: with 3 s TTLs
+/// and 2.25 s of validity left as the lead, the first extension starts
+/// about 0.7 s after the acquisition (a validity counts from its round's
+/// start, so the difference of two validities is the difference of their
+/// starts), where the default (a third of the TTL left) waits about 2 s.
+#[tokio::test]
+async fn the_keeper_extends_when_the_configured_validity_is_left() {
+    let nodes = servers(3);
+    let ttl = Duration::from_secs(3);
+    let redlock = Redlock::builder(nodes.iter().map(RedisServer::url))
+        .renew_when_left(Duration::from_millis(2250))
+        .build()
+        .unwrap();
+    let guard = redlock.lock("keeper-lead", ttl).await.unwrap();
+    let first = guard.valid_until();
+    guard.keep_alive().unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || guard.valid_until() > first).await,
+        "the keeper extended at all"
+    );
+    let started_after = guard.valid_until().saturating_duration_since(first);
+    assert!(
+        started_after < Duration::from_millis(1300),
+        "the first extension started {started_after:?} after the acquisition"
+    );
+    guard.unlock().await.unwrap();
+
+    let default = Redlock::new(nodes.iter().map(RedisServer::url)).unwrap();
+    let guard = default.lock("keeper-lead", ttl).await.unwrap();
+    let first = guard.valid_until();
+    guard.keep_alive().unwrap();
+    // Half the TTL after the round's start: the default keeper waits for a third.
+    tokio::time::sleep_until(first.checked_sub(ttl / 2).unwrap().into()).await;
+    assert_eq!(
+        guard.valid_until(),
+        first,
+        "the default keeper has not extended yet"
+    );
+    guard.unlock().await.unwrap();
+}

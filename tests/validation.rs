@@ -135,6 +135,28 @@ fn out_of_range_timings_are_refused() {
             .is_ok()
     );
     assert!(Redlock::builder([URL]).retry_count(0).build().is_ok());
+    // A keeper that would extend only when nothing is left.
+    let err = Redlock::builder([URL])
+        .renew_when_left(Duration::ZERO)
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            BuildError::InvalidOption {
+                option: "renew_when_left",
+                ..
+            }
+        ),
+        "got {err}"
+    );
+    assert!(
+        Redlock::builder([URL])
+            .renew_when_left(Duration::from_secs(3600))
+            .build()
+            .is_ok(),
+        "a lead longer than a TTL is capped per lock, not refused"
+    );
 }
 
 /// TTLs of zero, too short to leave validity, or absurdly long are refused

@@ -36,6 +36,7 @@ enum Nodes {
 /// | `key_prefix(p)` | `quorlock:` | prepended to the resource name to form the key |
 /// | `auto_extend(b)` | on | `run`/`with_lock` extend the lock about a third of the TTL before it expires |
 /// | `max_hold(d)` | 60 s | automatic extension never carries a lock past `d` from its acquisition |
+/// | `renew_when_left(d)` | a third of the TTL | automatic extension starts when `d` of validity is left (at most three quarters of the TTL) |
 /// | `max_extensions(n)` | none | at most `n` automatic extensions per lock |
 /// | `release_notifications(b)` | on | a waiting `lock` listens (pub/sub) for the release that hands the lock on to it and claims it at once; off, it makes a round every 250 ms (or its retry delay if shorter) to find out, which costs the nodes a round per waiter |
 /// | `fencing(b)` | off | fencing tokens (an `INCR` pipelined with each `SET`; one more round trip only when the nodes' counters differ) |
@@ -231,6 +232,21 @@ impl RedlockBuilder {
     /// Default: 60 s.
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.config.max_hold = max_hold;
+        self
+    }
+
+    /// How much of a held lock's validity is left when automatic extension
+    /// (`run`, `with_lock`, `keep_alive`) extends it: at most three
+    /// quarters of the lock's TTL, so that each extension leaves time
+    /// before the next. Default: a third of the TTL. An extension retried
+    /// after a failure waits a twentieth of the TTL (at least the node
+    /// timeout) between tries, whatever this says.
+    ///
+    /// Extending earlier leaves more time to retry before the validity
+    /// ends; the `quorlock` tool extends `grace + ttl / 4` before the end,
+    /// so that an extension comes before it would stop CMD.
+    pub fn renew_when_left(mut self, left: Duration) -> Self {
+        self.config.renew_when_left = Some(left);
         self
     }
 
@@ -457,6 +473,7 @@ impl Default for Config {
             key_prefix: RedlockBuilder::DEFAULT_KEY_PREFIX.as_bytes().into(),
             auto_extend: true,
             max_hold: RedlockBuilder::DEFAULT_MAX_HOLD,
+            renew_when_left: None,
             max_extensions: None,
             metrics_resource_label: false,
             slotted: false,

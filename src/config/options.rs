@@ -32,6 +32,9 @@ pub(crate) struct Config {
     pub(crate) key_prefix: Arc<[u8]>,
     pub(crate) auto_extend: bool,
     pub(crate) max_hold: Duration,
+    /// How much validity is left when the keeper extends (`None`: a third
+    /// of the TTL).
+    pub(crate) renew_when_left: Option<Duration>,
     pub(crate) max_extensions: Option<u32>,
     /// Whether locks carry fencing tokens.
     pub(crate) fencing: bool,
@@ -53,6 +56,16 @@ pub(crate) struct Config {
 }
 
 impl Config {
+    /// How much validity is left when the keeper extends a lock of `ttl`:
+    /// [`renew_when_left`](crate::RedlockBuilder::renew_when_left), at most
+    /// three quarters of the TTL, or a third of the TTL.
+    pub(crate) fn renew_lead(&self, ttl: Duration) -> Duration {
+        match self.renew_when_left {
+            Some(lead) => lead.min(ttl / 4 * 3),
+            None => ttl / 3,
+        }
+    }
+
     /// A pause of the jittered retry delay: `retry_delay ± retry_jitter`,
     /// drawn uniformly now.
     pub(crate) fn retry_pause(&self) -> Duration {
@@ -176,6 +189,9 @@ impl Config {
         if self.fencing_counter_key.is_empty() {
             return Err(invalid_option("fencing_counter_key", "must not be empty"));
         }
+        if self.renew_when_left.is_some_and(|left| left.is_zero()) {
+            return Err(invalid_option("renew_when_left", "must be above zero"));
+        }
         if self.node_timeout.is_zero() {
             return Err(invalid_option("node_timeout", "must be above zero"));
         }
@@ -207,5 +223,34 @@ fn invalid_option(option: &'static str, reason: &str) -> BuildError {
     BuildError::InvalidOption {
         option,
         reason: reason.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The keeper's lead: a third of the TTL by default; the configured
+    /// one, capped at three quarters of the TTL.
+    #[test]
+    fn the_keeper_extends_a_third_of_the_ttl_before_the_end_unless_told() {
+        let ttl = Duration::from_millis(1200);
+        assert_eq!(
+            Config::default().renew_lead(ttl),
+            Duration::from_millis(400)
+        );
+        let early = Config {
+            renew_when_left: Some(Duration::from_millis(700)),
+            ..Config::default()
+        };
+        assert_eq!(early.renew_lead(ttl), Duration::from_millis(700));
+        let longer_than_the_ttl = Config {
+            renew_when_left: Some(Duration::from_secs(10)),
+            ..Config::default()
+        };
+        assert_eq!(
+            longer_than_the_ttl.renew_lead(ttl),
+            Duration::from_millis(900)
+        );
     }
 }

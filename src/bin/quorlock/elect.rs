@@ -17,7 +17,7 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::json;
 
-use super::run::{Forwarded, Schedule, run_held};
+use super::run::{Forwarded, Schedule, kept_by_schedule, run_held};
 use super::{EXIT_NOT_ACQUIRED, EXIT_USAGE, NodeArgs, client, parse_duration};
 
 #[derive(Args, Debug)]
@@ -74,7 +74,9 @@ fn default_identity() -> String {
 /// `elect`: campaign, run CMD while leading, resign.
 pub async fn elect(args: ElectArgs) -> ExitCode {
     // The schedule extends the lease itself (as `run` does).
-    let redlock = match client(&args.nodes, |builder| builder.auto_extend(false)) {
+    let redlock = match client(&args.nodes, |builder| {
+        kept_by_schedule(builder, args.grace, args.ttl, args.max_hold)
+    }) {
         Ok(redlock) => redlock,
         Err(code) => return code,
     };
@@ -97,11 +99,7 @@ pub async fn elect(args: ElectArgs) -> ExitCode {
         ("QUORLOCK_LEADER_TERM", term.clone()),
         ("QUORLOCK_FENCING_TOKEN", term),
     ];
-    let schedule = Schedule {
-        grace: args.grace,
-        max_hold: args.max_hold,
-        node_timeout: args.nodes.node_timeout,
-    };
+    let schedule = Schedule { grace: args.grace };
     let code = run_held(
         &mut leadership,
         &args.command,

@@ -5,7 +5,7 @@
 //! cleanup of an acquire round cut short by a signal.
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use quorlock::{LockGuard, LostReason, Redlock};
 use tokio::signal::unix::{SignalKind, signal};
@@ -67,8 +67,9 @@ pub(super) async fn run(args: RunArgs) -> ExitCode {
     }
     let wait = args.wait;
     let redlock = match client(&args.nodes, |builder| {
-        // quorlock extends the lock itself (see the kill schedule).
-        let builder = builder.auto_extend(false).fencing(args.fencing);
+        // The keeper extends as the kill schedule needs.
+        let builder =
+            kept_by_schedule(builder, args.grace, args.ttl, args.max_hold).fencing(args.fencing);
         if wait.is_zero() {
             builder.retry_count(0)
         } else {
@@ -138,11 +139,7 @@ pub(super) async fn lock_and_run(
         }
     };
 
-    let schedule = Schedule {
-        grace: args.grace,
-        max_hold: args.max_hold,
-        node_timeout: args.nodes.node_timeout,
-    };
+    let schedule = Schedule { grace: args.grace };
     let env = command_env(&guard, args);
     let code = run_held(&mut guard, &args.command, &env, &schedule, signals).await;
     if let Err(err) = guard.unlock().await {
@@ -214,12 +211,23 @@ pub(super) fn command_env(guard: &LockGuard, args: &RunArgs) -> Vec<(&'static st
     env
 }
 
-/// The kill schedule's parameters: `--grace`, `--max-hold`, and the node
-/// timeout (the least pause between retried extensions).
+/// The kill schedule's one parameter: `--grace`.
 pub(super) struct Schedule {
     pub(super) grace: Duration,
-    pub(super) max_hold: Duration,
-    pub(super) node_timeout: Duration,
+}
+
+/// The client options that make the library's keeper extend as the kill
+/// schedule needs: `grace + ttl / 4` before the validity ends (before the
+/// SIGTERM at `grace` before it), never past `--max-hold`.
+pub(super) fn kept_by_schedule(
+    builder: quorlock::RedlockBuilder,
+    grace: Duration,
+    ttl: Duration,
+    max_hold: Duration,
+) -> quorlock::RedlockBuilder {
+    builder
+        .max_hold(max_hold)
+        .renew_when_left(effective_grace(grace, ttl) + ttl / 4)
 }
 
 /// How a supervised CMD ended.
@@ -237,103 +245,63 @@ pub(super) fn effective_grace(grace: Duration, ttl: Duration) -> Duration {
     grace.min(ttl / 2)
 }
 
-/// Why CMD is stopped at `limit`: the last failed extension, or the
-/// `--max-hold` limit that stopped extensions.
-pub(super) fn lost_why(limit: &str, failure: &Option<String>, may_extend: bool) -> String {
-    match failure {
-        Some(failure) => format!("{failure}; {limit}"),
-        None if may_extend => limit.to_owned(),
-        None => format!("--max-hold reached; {limit}"),
+/// Why CMD's group was killed when the lock was lost (`lost`, as
+/// [`LockGuard::lost`] told it): at once when another client may hold the
+/// lock (a quorum refused an extension, or its servers changed), else at
+/// the end of the validity (extensions failed, or `--max-hold` stopped
+/// them).
+pub(super) fn lost_why(lost: &quorlock::Error) -> String {
+    match lost.lost_reason() {
+        Some(LostReason::Expired | LostReason::Unreachable { .. } | LostReason::LimitReached) => {
+            format!("{lost}: the lock's validity ended (SIGKILL)")
+        }
+        _ => format!("{lost} (SIGKILL at once)"),
     }
 }
 
-/// Extends the lock to `ttl`, unless its validity ends first (`None`).
-pub(super) async fn extend_within(
-    guard: &mut LockGuard,
-    ttl: Duration,
-    valid_until: Instant,
-) -> Option<quorlock::Result<()>> {
-    tokio::select! {
-        biased;
-        _ = tokio::time::sleep_until(valid_until.into()) => None,
-        extended = guard.extend(ttl) => Some(extended),
-    }
-}
-
-/// Whether a failed extension may be tried again: too few nodes answered
-/// (the lock may still be ours), not refused by the quorum or too late.
-pub(super) fn may_retry(err: &quorlock::Error) -> bool {
-    matches!(
-        err.lost_reason(),
-        Some(LostReason::Unreachable { .. }) | None
-    )
-}
-
-/// Runs the kill schedule (see the crate docs) until CMD exits or the lock
-/// is gone, forwarding signals to CMD's group meanwhile.
+/// Runs the kill schedule (see `docs/cli.md`) until CMD exits or the lock
+/// is gone, forwarding signals to CMD's group meanwhile. The lock is kept
+/// by the library's keeper ([`LockGuard::keep_alive`], set up by
+/// [`kept_by_schedule`]); its loss ([`LockGuard::lost`]) kills the group.
 pub(super) async fn supervise(
     guard: &mut LockGuard,
     group: &mut Group,
     schedule: &Schedule,
     signals: &mut Forwarded,
 ) -> Ended {
-    let ttl = guard.ttl();
-    let grace = effective_grace(schedule.grace, ttl);
-    let lead = grace + ttl / 4;
-    let retry_pause = (ttl / 20).max(schedule.node_timeout);
-    let mut retry_at: Option<Instant> = None;
-    let mut last_failure: Option<String> = None;
+    let grace = effective_grace(schedule.grace, guard.ttl());
+    let lost = guard.lost();
+    tokio::pin!(lost);
+    if let Err(err) = guard.keep_alive() {
+        group.kill();
+        return Ended::Lost(format!("{err} (SIGKILL at once)"));
+    }
     let mut terminated = false;
     loop {
         let valid_until = guard.valid_until();
         let term_at = valid_until.checked_sub(grace).unwrap_or(valid_until);
-        let renew_at =
-            retry_at.unwrap_or_else(|| valid_until.checked_sub(lead).unwrap_or(valid_until));
-        let may_extend =
-            renew_at.saturating_duration_since(guard.acquired_at()) + ttl <= schedule.max_hold;
-        let why = |limit: &str, failure: &Option<String>| lost_why(limit, failure, may_extend);
         tokio::select! {
             biased;
-            _ = tokio::time::sleep_until(valid_until.into()) => {
+            lost = &mut lost => {
                 group.kill();
-                return Ended::Lost(why("the lock's validity ended (SIGKILL)", &last_failure));
+                return Ended::Lost(lost_why(&lost));
             }
             _ = tokio::time::sleep_until(term_at.into()), if !terminated => {
+                if guard.valid_until() > valid_until {
+                    continue; // extended meanwhile
+                }
                 terminated = true;
-                eprintln!("quorlock: {}", why("the lock is not extended: SIGTERM to CMD's group, SIGKILL at the end of its validity", &last_failure));
+                eprintln!("quorlock: the lock is not extended: SIGTERM to CMD's group, SIGKILL at the end of its validity");
                 group.signal(libc::SIGTERM);
             }
             status = group.child.wait() => {
                 return match status {
-                    Ok(_) if terminated => Ended::Lost(why("CMD exited after SIGTERM", &last_failure)),
+                    Ok(_) if terminated => Ended::Lost("CMD exited after SIGTERM".to_owned()),
                     Ok(status) => Ended::Exited(status),
                     Err(err) => Ended::WaitFailed(err),
                 };
             }
             signal = signals.next() => group.signal(signal),
-            _ = tokio::time::sleep_until(renew_at.into()), if may_extend => {
-                match extend_within(guard, ttl, valid_until).await {
-                    None => continue, // the validity ended first: the branch above acts
-                    Some(Ok(())) => {
-                        retry_at = None;
-                        last_failure = None;
-                        if terminated {
-                            // Too late to take the SIGTERM back; CMD decides.
-                            eprintln!("quorlock: the lock is extended again");
-                        }
-                    }
-                    Some(Err(err)) if may_retry(&err) => {
-                        retry_at = Some(Instant::now() + retry_pause);
-                        last_failure = Some(err.to_string());
-                    }
-                    // Refused by the quorum, or too late: another client
-                    // may hold the lock now.
-                    Some(Err(err)) => {
-                        group.kill();
-                        return Ended::Lost(format!("{err} (SIGKILL at once)"));
-                    }
-                }
-            }
         }
     }
 }
