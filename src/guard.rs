@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use crate::answer::NodeError;
 use crate::engine::{Engine, To};
 use crate::error::{Error, LostReason, Result, show_resources};
-use crate::lease::{self, Ending, Lease};
+use crate::lease::{self, Ending, Keeping, Lease};
 use crate::queue::entries::Place;
 use crate::quorum::Unlocked;
 use crate::request::LockId;
@@ -356,9 +356,13 @@ impl LockGuard {
     pub async fn run<F: Future>(&mut self, work: F) -> Result<F::Output> {
         Error::ensure_runtime()?;
         let work = pin!(work);
-        let extend = self.engine.config.auto_extend && !self.lease.read(|v| v.kept);
+        let keeping = if self.engine.config.auto_extend && !self.lease.read(|v| v.kept) {
+            Keeping::Extends
+        } else {
+            Keeping::Watches
+        };
         let keeper = async {
-            self.lease.keep(&self.engine, &self.lock, extend).await;
+            self.lease.keep(&self.engine, &self.lock, keeping).await;
             // The end is in the lease, for `lost` to tell.
             std::future::pending::<std::convert::Infallible>().await
         };

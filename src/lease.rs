@@ -374,11 +374,12 @@ impl Lease {
     /// time and extension count allow, retrying a failed extension after a
     /// pause. Returns once the lease ended (released, refused, or run out);
     /// its end is in the lease for [`lost`](Self::lost) to tell. With
-    /// `extend` false it only waits for the end.
+    /// [`Keeping::Watches`] it only waits for the end.
     ///
     /// Cancel safe: dropped, it leaves the lease as it was (capped, if an
     /// extension was under way).
-    pub(crate) async fn keep(&self, engine: &Engine, lock: &LockId, extend: bool) {
+    pub(crate) async fn keep(&self, engine: &Engine, lock: &LockId, keeping: Keeping) {
+        let extend = keeping == Keeping::Extends;
         let mut retry_at: Option<Instant> = None;
         loop {
             // Made before the read: a change after it wakes this.
@@ -437,7 +438,17 @@ impl Lease {
     }
 }
 
+/// What a keeper ([`Lease::keep`]) does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Keeping {
+    /// Extends the lease as the options allow.
+    Extends,
+    /// Only waits for the lease's end (auto-extension off, or another
+    /// keeper already extends it).
+    Watches,
+}
+
 /// A background keeper: keeps `lease` extended until it ends.
 pub(crate) async fn keep_in_background(lease: Arc<Lease>, engine: Arc<Engine>, lock: LockId) {
-    lease.keep(&engine, &lock, true).await;
+    lease.keep(&engine, &lock, Keeping::Extends).await;
 }
