@@ -1223,3 +1223,55 @@ fn elect_kills_cmd_when_the_leadership_is_lost() {
         "cli:elect: no leader"
     );
 }
+
+/// `--max-hold` stops the extensions: with a 2 s TTL, a 500 ms grace
+/// (extensions when 1 s of validity is left) and a 3.5 s limit, the lock
+/// is extended once (a second extension would hold it past 3.5 s), then
+/// CMD gets SIGTERM `grace` before the validity ends and quorlock exits
+/// with the lost-lock code, saying why.
+#[test]
+fn max_hold_stops_the_extensions_and_then_cmd() {
+    let nodes = servers(3);
+    let dir = scratch("max-hold");
+    let pid_file = dir.join("pid");
+    let mut child = quorlock(&nodes)
+        .args([
+            "run",
+            "--resource",
+            "cli:max-hold",
+            "--ttl",
+            "2s",
+            "--grace",
+            "500ms",
+            "--max-hold",
+            "3500ms",
+            "--",
+        ])
+        .args([
+            "sh",
+            "-c",
+            &format!("echo $$ > {}; exec sleep 60", pid_file.display()),
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let cmd_pid = wait_for_pid(&pid_file);
+    let cmd_seen = Instant::now();
+    let status = child.wait().unwrap();
+    let ran = cmd_seen.elapsed();
+    assert_eq!(status.code(), Some(EXIT_LOST));
+    // From the acquisition: unextended, SIGTERM would come after about
+    // 1.5 s; extended once, after about 2.45 s (seen here: CMD ran 2.25 s).
+    assert!(
+        ran > Duration::from_millis(1750) && ran < Duration::from_secs(20),
+        "CMD ran {ran:?}"
+    );
+    assert!(!process_alive(&cmd_pid), "CMD was terminated");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(
+        stderr.contains("--max-hold reached"),
+        "stderr says why: {stderr}"
+    );
+}

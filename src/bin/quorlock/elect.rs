@@ -99,7 +99,10 @@ pub async fn elect(args: ElectArgs) -> ExitCode {
         ("QUORLOCK_LEADER_TERM", term.clone()),
         ("QUORLOCK_FENCING_TOKEN", term),
     ];
-    let schedule = Schedule { grace: args.grace };
+    let schedule = Schedule {
+        grace: args.grace,
+        max_hold: args.max_hold,
+    };
     let code = run_held(
         &mut leadership,
         &args.command,

@@ -5,7 +5,7 @@
 //! cleanup of an acquire round cut short by a signal.
 
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use quorlock::{LockGuard, LostReason, Redlock};
 use tokio::signal::unix::{SignalKind, signal};
@@ -139,7 +139,10 @@ pub(super) async fn lock_and_run(
         }
     };
 
-    let schedule = Schedule { grace: args.grace };
+    let schedule = Schedule {
+        grace: args.grace,
+        max_hold: args.max_hold,
+    };
     let env = command_env(&guard, args);
     let code = run_held(&mut guard, &args.command, &env, &schedule, signals).await;
     if let Err(err) = guard.unlock().await {
@@ -211,9 +214,11 @@ pub(super) fn command_env(guard: &LockGuard, args: &RunArgs) -> Vec<(&'static st
     env
 }
 
-/// The kill schedule's one parameter: `--grace`.
+/// The kill schedule's parameters: `--grace`, and `--max-hold` (to say
+/// why a lock was no longer extended).
 pub(super) struct Schedule {
     pub(super) grace: Duration,
+    pub(super) max_hold: Duration,
 }
 
 /// The client options that make the library's keeper extend as the kill
@@ -227,7 +232,27 @@ pub(super) fn kept_by_schedule(
 ) -> quorlock::RedlockBuilder {
     builder
         .max_hold(max_hold)
-        .renew_when_left(effective_grace(grace, ttl) + ttl / 4)
+        .renew_when_left(renewal_lead(grace, ttl))
+}
+
+/// How much validity is left when the lock is extended: `grace + ttl / 4`.
+pub(super) fn renewal_lead(grace: Duration, ttl: Duration) -> Duration {
+    effective_grace(grace, ttl) + ttl / 4
+}
+
+/// Why the lock with validity until `valid_until` was not extended: the
+/// keeper stops before an extension would carry it past `--max-hold`
+/// (the library's rule), else its extensions failed.
+fn not_extended_why(guard: &LockGuard, schedule: &Schedule, valid_until: Instant) -> &'static str {
+    let ttl = guard.ttl();
+    let renew_at = valid_until
+        .checked_sub(renewal_lead(schedule.grace, ttl))
+        .unwrap_or(valid_until);
+    if renew_at.saturating_duration_since(guard.acquired_at()) + ttl > schedule.max_hold {
+        "--max-hold reached"
+    } else {
+        "its extensions failed"
+    }
 }
 
 /// How a supervised CMD ended.
@@ -291,7 +316,8 @@ pub(super) async fn supervise(
                     continue; // extended meanwhile
                 }
                 terminated = true;
-                eprintln!("quorlock: the lock is not extended: SIGTERM to CMD's group, SIGKILL at the end of its validity");
+                let why = not_extended_why(guard, schedule, valid_until);
+                eprintln!("quorlock: the lock is not extended ({why}): SIGTERM to CMD's group, SIGKILL at the end of its validity");
                 group.signal(libc::SIGTERM);
             }
             status = group.child.wait() => {
