@@ -1275,3 +1275,44 @@ fn max_hold_stops_the_extensions_and_then_cmd() {
         "stderr says why: {stderr}"
     );
 }
+
+/// The node under a run restarts empty (its server changed, and with it
+/// the lock's only holder): quorlock learns it from the lock itself
+/// (`LostReason::ServerChanged`) and kills CMD's group at once, long
+/// before the validity of its 10 s TTL would end (its extensions, refused
+/// by a recovering node, would otherwise keep CMD running until the
+/// SIGTERM 5 s before that end).
+#[test]
+fn a_restarted_node_under_a_run_kills_cmd_at_once() {
+    let mut nodes = servers(1);
+    let dir = scratch("restarted");
+    let pid_file = dir.join("pid");
+    let mut child = quorlock(&nodes)
+        .args(["run", "--resource", "cli:restarted", "--ttl", "10s", "--"])
+        .args([
+            "sh",
+            "-c",
+            &format!("echo $$ > {}; exec sleep 60", pid_file.display()),
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let cmd_pid = wait_for_pid(&pid_file);
+    nodes[0].restart();
+    let restarted = Instant::now();
+    let status = child.wait().unwrap();
+    let took = restarted.elapsed();
+    assert_eq!(status.code(), Some(EXIT_LOST));
+    assert!(
+        took < Duration::from_secs(3),
+        "CMD ran {took:?} after the restart"
+    );
+    assert!(!process_alive(&cmd_pid), "CMD was killed");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(
+        stderr.contains("SIGKILL at once"),
+        "stderr says why: {stderr}"
+    );
+}
