@@ -250,11 +250,13 @@
 //!    pipelined or batched (`send.rs`, with `batch.rs`: a node's votes in
 //!    one pipeline with one clock reading), the reply read as an answer
 //!    (`reply.rs`), the probe of a node that timed out (`probe.rs`).
-//!    Below it: `target/`, where a node is (an address, a Sentinel-managed
-//!    primary, a cluster's seed nodes); `connection/`, its connection (the
-//!    link, one attempt, coalesced writes); `shards.rs`, that connection
-//!    to one server or to every primary of a cluster; `cluster.rs`, slots
-//!    and hash tags.
+//!    Below it: `target/`, where a node is (`mod.rs`: an address;
+//!    `sentinel.rs`: a Sentinel-managed primary; `cluster_seeds.rs`: a
+//!    cluster's seed nodes; `first_answer.rs`: asking several at once);
+//!    `connection/`, its connection (`link.rs`: the link and its states;
+//!    `dial.rs`: one attempt; `coalescing.rs`: coalesced writes);
+//!    `shards.rs`, that connection to one server or to every primary of a
+//!    cluster; `cluster.rs`, slots and hash tags.
 //! 9. `standing/`: whose votes count ([`NotCounted`]) and the check every
 //!    connection passes, with the restart and failover argument: the pure
 //!    judgment (`judge.rs`), what a check reads (`identity.rs`), the
@@ -268,7 +270,10 @@
 //!     waiters' places; `queue/`: the queue of waiters on the nodes, with
 //!     its argument (`entries.rs`, `busy.rs`, `waiter.rs`: a `lock` call's
 //!     place); `notify.rs`: the handoff notifications.
-//! 11. `scripts/`: the Lua, a file per kind of lock.
+//! 11. `scripts/`: the Lua, with the parts the scripts share in `mod.rs`,
+//!     and a file per kind of lock: `lock.rs` (the plain lock and its
+//!     queue), `sets.rs`, `rw.rs`, `fencing.rs`, `records.rs` (a leader's
+//!     record, the notes of clock steps).
 //! 12. At the bottom, used by all: `answer.rs` (a node's answer,
 //!     [`NodeError`]), `quorum.rs` (the pure arithmetic: quorum, drift,
 //!     validity, jitter, [`Votes`], [`Unlocked`]), `error.rs` ([`enum@Error`],
