@@ -327,9 +327,22 @@ async fn a_key_found_taken_is_joined_at_once_next_time() {
     });
     wait_queued(&nodes, &[0, 1, 2], &waiter, resource, 1).await;
     held.unlock().await.unwrap();
-    waiting.await.unwrap().unwrap().unlock().await.unwrap();
-    waiter.flush().await;
+    let won = waiting.await.unwrap().unwrap();
+    let key = won.key().to_vec();
+    won.unlock().await.unwrap();
+    // The holder's release may reach a node after the waiter won without
+    // it: it hands the key on there, and the waiter's client, told of a
+    // handoff it no longer wants, gives it back when the notification
+    // comes. Both land before the counts below are taken.
     holder.flush().await;
+    assert!(
+        eventually(Duration::from_secs(5), || nodes
+            .iter()
+            .all(|node| node.get(&key).is_none()))
+        .await,
+        "every node let the key go"
+    );
+    waiter.flush().await;
 
     // The lock is free and nobody waits. The waiter's client remembers the
     // key as taken: its first round is the queue script, and it is granted.
