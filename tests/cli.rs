@@ -4,7 +4,7 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use support::{RedisServer, proxies, proxy_urls, servers, urls, wait_held_everywhere};
@@ -89,24 +89,15 @@ fn two_runs_never_interleave() {
     );
 }
 
-/// Killing the majority of nodes while CMD runs terminates CMD, and quorlock
-/// exits with the lost-lock code.
-#[test]
-fn majority_killed_terminates_cmd_with_the_lost_code() {
-    let mut nodes = servers(3);
-    let dir = scratch("lost");
-    let pid_file = dir.join("pid");
-    let mut child = quorlock(&nodes)
-        .args([
-            "run",
-            "--resource",
-            "cli:lost",
-            "--ttl",
-            "1s",
-            "--grace",
-            "2s",
-            "--",
-        ])
+/// `quorlock run` on `nodes` with `options` (before `--`), its CMD a shell
+/// that writes its pid and sleeps a minute, stderr piped: the child, and
+/// CMD's pid once it runs.
+fn run_sleeping_cmd(nodes: &[RedisServer], name: &str, options: &[&str]) -> (Child, String) {
+    let pid_file = scratch(name).join("pid");
+    let child = quorlock(nodes)
+        .arg("run")
+        .args(options)
+        .arg("--")
         .args([
             "sh",
             "-c",
@@ -117,6 +108,23 @@ fn majority_killed_terminates_cmd_with_the_lost_code() {
         .spawn()
         .unwrap();
     let cmd_pid = wait_for_pid(&pid_file);
+    (child, cmd_pid)
+}
+
+/// What a child wrote to its piped stderr.
+fn stderr_of(child: &mut Child) -> String {
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    stderr
+}
+
+/// Killing the majority of nodes while CMD runs terminates CMD, and quorlock
+/// exits with the lost-lock code.
+#[test]
+fn majority_killed_terminates_cmd_with_the_lost_code() {
+    let mut nodes = servers(3);
+    let options = ["--resource", "cli:lost", "--ttl", "1s", "--grace", "2s"];
+    let (mut child, cmd_pid) = run_sleeping_cmd(&nodes, "lost", &options);
     nodes[0].kill();
     nodes[1].kill();
     let killed = Instant::now();
@@ -128,8 +136,7 @@ fn majority_killed_terminates_cmd_with_the_lost_code() {
         killed.elapsed()
     );
     assert!(!process_alive(&cmd_pid), "CMD was terminated");
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let stderr = stderr_of(&mut child);
     assert!(stderr.contains("lost"), "stderr says why: {stderr}");
 }
 
@@ -1232,31 +1239,17 @@ fn elect_kills_cmd_when_the_leadership_is_lost() {
 #[test]
 fn max_hold_stops_the_extensions_and_then_cmd() {
     let nodes = servers(3);
-    let dir = scratch("max-hold");
-    let pid_file = dir.join("pid");
-    let mut child = quorlock(&nodes)
-        .args([
-            "run",
-            "--resource",
-            "cli:max-hold",
-            "--ttl",
-            "2s",
-            "--grace",
-            "500ms",
-            "--max-hold",
-            "3500ms",
-            "--",
-        ])
-        .args([
-            "sh",
-            "-c",
-            &format!("echo $$ > {}; exec sleep 60", pid_file.display()),
-        ])
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let cmd_pid = wait_for_pid(&pid_file);
+    let options = [
+        "--resource",
+        "cli:max-hold",
+        "--ttl",
+        "2s",
+        "--grace",
+        "500ms",
+        "--max-hold",
+        "3500ms",
+    ];
+    let (mut child, cmd_pid) = run_sleeping_cmd(&nodes, "max-hold", &options);
     let cmd_seen = Instant::now();
     let status = child.wait().unwrap();
     let ran = cmd_seen.elapsed();
@@ -1268,8 +1261,7 @@ fn max_hold_stops_the_extensions_and_then_cmd() {
         "CMD ran {ran:?}"
     );
     assert!(!process_alive(&cmd_pid), "CMD was terminated");
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let stderr = stderr_of(&mut child);
     assert!(
         stderr.contains("--max-hold reached"),
         "stderr says why: {stderr}"
@@ -1285,20 +1277,8 @@ fn max_hold_stops_the_extensions_and_then_cmd() {
 #[test]
 fn a_restarted_node_under_a_run_kills_cmd_at_once() {
     let mut nodes = servers(1);
-    let dir = scratch("restarted");
-    let pid_file = dir.join("pid");
-    let mut child = quorlock(&nodes)
-        .args(["run", "--resource", "cli:restarted", "--ttl", "10s", "--"])
-        .args([
-            "sh",
-            "-c",
-            &format!("echo $$ > {}; exec sleep 60", pid_file.display()),
-        ])
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let cmd_pid = wait_for_pid(&pid_file);
+    let options = ["--resource", "cli:restarted", "--ttl", "10s"];
+    let (mut child, cmd_pid) = run_sleeping_cmd(&nodes, "restarted", &options);
     nodes[0].restart();
     let restarted = Instant::now();
     let status = child.wait().unwrap();
@@ -1309,8 +1289,7 @@ fn a_restarted_node_under_a_run_kills_cmd_at_once() {
         "CMD ran {took:?} after the restart"
     );
     assert!(!process_alive(&cmd_pid), "CMD was killed");
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let stderr = stderr_of(&mut child);
     assert!(
         stderr.contains("SIGKILL at once"),
         "stderr says why: {stderr}"
