@@ -25,15 +25,7 @@ fn documents() -> Vec<PathBuf> {
 /// `![alt](target)` in `text`, outside code blocks and code spans.
 fn link_targets(text: &str) -> Vec<String> {
     let mut targets = Vec::new();
-    let mut in_fence = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            in_fence = !in_fence;
-            continue;
-        }
-        if in_fence {
-            continue;
-        }
+    for line in outside_code_blocks(text) {
         let mut rest = strip_code_spans(line);
         while let Some(at) = rest.find("](") {
             let after = &rest[at + 2..];
@@ -43,6 +35,18 @@ fn link_targets(text: &str) -> Vec<String> {
         }
     }
     targets
+}
+
+/// The lines of `text` outside its fenced code blocks.
+fn outside_code_blocks(text: &str) -> impl Iterator<Item = &str> {
+    let mut in_fence = false;
+    text.lines().filter(move |line| {
+        if line.trim_start().starts_with("```") {
+            in_fence = !in_fence;
+            return false;
+        }
+        !in_fence
+    })
 }
 
 /// `line` without its code spans (`` `…` ``), where `](` is no link.
@@ -63,13 +67,8 @@ fn strip_code_spans(line: &str) -> String {
 /// without punctuation but `-` and `_`, spaces as `-`, a repeat numbered.
 fn anchors(text: &str) -> HashSet<String> {
     let mut seen = HashSet::new();
-    let mut in_fence = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            in_fence = !in_fence;
-            continue;
-        }
-        if in_fence || !line.starts_with('#') {
+    for line in outside_code_blocks(text) {
+        if !line.starts_with('#') {
             continue;
         }
         let heading = line.trim_start_matches('#').trim();
