@@ -220,6 +220,20 @@ pub enum NotCounted {
         /// How long until it counts again.
         counts_in: Duration,
     },
+    /// The node lost its data, or may have: its data mark (a value
+    /// quorlock keeps on each node, read after every grant) went or was
+    /// replaced (a `FLUSHALL`, an empty restart whatever its persistence
+    /// settings, a resync from another server, eviction), or the nodes'
+    /// records show a mark that counted gone while this node is new to
+    /// them. It is asked, but its grants do not count until the restart
+    /// grace has passed since the loss was first seen (by any client: the
+    /// time is written on the node), and the locks held on it are told.
+    DataLost {
+        /// How the loss was seen, in words.
+        why: String,
+        /// How long until it counts again.
+        counts_in: Duration,
+    },
     /// The node's clock reading, taken after its vote, cannot rule out a
     /// step forward beyond the clock tolerance: the round trip was too long
     /// to tell (see
@@ -234,9 +248,19 @@ pub enum NotCounted {
 }
 
 impl NotCounted {
-    /// Whether the node is recovering from a restart.
+    /// Whether the node is recovering: its server changed (a restart, a
+    /// failover) or its data went, and its grants do not count until the
+    /// grace has passed.
     pub fn is_recovering(&self) -> bool {
-        matches!(self, NotCounted::Recovering { .. })
+        matches!(
+            self,
+            NotCounted::Recovering { .. } | NotCounted::DataLost { .. }
+        )
+    }
+
+    /// Whether the node lost its data (see [`NotCounted::DataLost`]).
+    pub fn is_data_lost(&self) -> bool {
+        matches!(self, NotCounted::DataLost { .. })
     }
 
     /// Whether the node is held back because its clock stepped forward.
@@ -283,6 +307,11 @@ impl fmt::Display for NotCounted {
                 } else {
                     format!(" by {:.1} s", ahead.as_secs_f64())
                 },
+                counts_in.as_secs_f64()
+            ),
+            NotCounted::DataLost { why, counts_in } => write!(
+                f,
+                "recovering from a loss of data ({why}): counts again in {:.1} s",
                 counts_in.as_secs_f64()
             ),
             NotCounted::ClockUnsure {

@@ -1,25 +1,28 @@
-//! Timed votes to one node, sent together: one clock reading per batch.
+//! Witnessed votes to one node, sent together: one reading of the node's
+//! data mark and clock per batch.
 //!
-//! Every vote that can grant a new key must read the node's clock after its
-//! grant (see `clock.rs`). Sent one by one, that is one more command per
-//! vote for the node to run and one more reply for the client to read. The
-//! votes that a node's client sends at about the same moment go out instead
-//! as one pipeline, the votes' commands in the order they came and one
-//! `TIME` at its end:
+//! Every vote that can grant a new key must read, after its grant, the
+//! node's data mark (see `standing/`) and its clock (see `clock.rs`): its
+//! *witness*. Sent one by one, that is more commands per vote for the node
+//! to run and more replies for the client to read. The votes that a node's
+//! client sends at about the same moment go out instead as one pipeline,
+//! the votes' commands in the order they came and one witness at its end
+//! (`GET` of the mark, then `TIME`, each where the client reads it):
 //!
 //! - Only votes sent while other calls are under way on the node's
 //!   connection ([`Batches::busy`]) come here; a vote sent alone goes out
 //!   at once, with its reading pipelined after it (`node/`).
 //! - The first vote to find no batch gathering *leads*: it yields once to
 //!   the runtime (so that the other tasks ready to run add their votes),
-//!   then takes every vote gathered so far and sends them, with `TIME`, on
-//!   its connection. A vote that finds a batch gathering joins it and waits
+//!   then takes every vote gathered so far and sends them, with the
+//!   witness, on its connection. A vote that finds a batch gathering joins it and waits
 //!   for its reply. A batch in flight does not stop the next one from
 //!   gathering and leaving.
-//! - A node runs a pipeline's commands in order, so the `TIME` at its end
-//!   ran after every grant in it: the reading is judged once (`judge`), and
-//!   that verdict is each vote's, exactly as if each vote had read the clock
-//!   in its own request. Nothing is read before a grant that it vouches for.
+//! - A node runs a pipeline's commands in order, so the witness at its end
+//!   ran after every grant in it: it is judged once (`judge`), and that
+//!   verdict is each vote's, exactly as if each vote had read the mark and
+//!   the clock in its own request. Nothing is read before a grant that it
+//!   vouches for.
 //! - Each vote gets its own replies: a server's error in reply to one
 //!   vote's command is that vote's error, and the others are not touched.
 //!   A connection's error is every vote's error.
@@ -27,12 +30,10 @@
 //!   leaves its batch to a task of its own, which sends it and hands the
 //!   other votes their replies; outside a runtime the other votes fail with
 //!   an error that says so. No vote waits for a reply that cannot come.
-//!
 //! - A batch of one acquisition (`SET NX GET`) reads the clock with
 //!   `PEXPIRETIME` of its key instead: the key's absolute expiry, less the
 //!   TTL, is the node's clock at the grant, one integer to read (and a
 //!   refusal needs no reading).
-//!
 //! - A release sent to the node waits until every batch gathered before it
 //!   has gone out ([`Batches::sent`]): a lock's vote on this node may still
 //!   be gathering while the other nodes' grants already won its round, and
@@ -63,13 +64,17 @@ use tokio::sync::{Notify, oneshot};
 use crate::answer::NotCounted;
 use crate::clock::Reading;
 use crate::tasks;
+pub(crate) use crate::witness::{Asks, Witnessed};
 
-/// What a reading of a node's clock says of the grants before it: `Ok`
-/// when they count, else why not (see `Standings::see_clock`).
+/// What a witness of the node says of the grants before it: `Ok` when
+/// they count, else why not (see `Standings::see_witness`).
 pub(crate) type Judged = Result<(), Arc<NotCounted>>;
 
-/// Judges a reading of the node's clock.
-pub(crate) type Judge = Box<dyn Fn(&Reading) -> Judged + Send + Sync>;
+/// Judges a witness of the node.
+pub(crate) type Judge = Box<dyn Fn(&Witnessed) -> Judged + Send + Sync>;
+
+/// What the votes to the node read after their grants, now.
+pub(crate) type Witnesses = Box<dyn Fn() -> Asks + Send + Sync>;
 
 /// Whether other calls are under way to the node (so that other votes may
 /// join a batch that waits for them).
@@ -101,6 +106,7 @@ pub(crate) struct Batches {
     sent: Notify,
     judge: Judge,
     busy: Busy,
+    witnesses: Witnesses,
 }
 
 impl std::fmt::Debug for Batches {
@@ -146,24 +152,35 @@ const GATHERING: usize = 16;
 pub(crate) struct Landed {
     /// The reply to its one command, or the array of its commands' replies.
     pub(crate) reply: Value,
-    /// The verdict of the clock reading after it (`None`: the node did not
-    /// answer `TIME` with a time).
-    pub(crate) clock: Option<Judged>,
-    /// That reading itself (`None` likewise).
+    /// The verdict of the witness after it (`None`: nothing was read).
+    pub(crate) judged: Option<Judged>,
+    /// The clock reading in the witness (`None`: the node did not answer
+    /// `TIME` with a time).
     pub(crate) reading: Option<Reading>,
 }
 
 impl Batches {
-    /// A node's batches, whose readings `judge` judges; votes are batched
-    /// while the node is `busy`.
-    pub(crate) fn new(judge: Judge, busy: Busy) -> Arc<Self> {
+    /// A node's batches, each with the witness `witnesses` asks for, which
+    /// `judge` judges; votes are batched while the node is `busy`.
+    pub(crate) fn new(judge: Judge, busy: Busy, witnesses: Witnesses) -> Arc<Self> {
         Arc::new(Batches {
             gathering: Mutex::new(None),
             progress: Mutex::new(Progress::default()),
             sent: Notify::new(),
             judge,
             busy,
+            witnesses,
         })
+    }
+
+    /// What a vote's witness reads now.
+    pub(crate) fn asks(&self) -> Asks {
+        (self.witnesses)()
+    }
+
+    /// Judges a witness of the node.
+    pub(crate) fn judge(&self, witnessed: &Witnessed) -> Judged {
+        (self.judge)(witnessed)
     }
 
     /// Whether other calls are under way to the node: a vote is batched
@@ -342,15 +359,16 @@ impl Drop for Unsent {
     }
 }
 
-/// Sends the batch of `votes` on `carrier` with `TIME` at its end, and
-/// hands each vote its replies; `unsent` is dropped once the pipeline is
-/// handed to the connection (the first poll of its request).
+/// Sends the batch of `votes` on `carrier` with the witness at its end,
+/// and hands each vote its replies; `unsent` is dropped once the pipeline
+/// is handed to the connection (the first poll of its request).
 async fn fly<C: Carrier>(batches: Arc<Batches>, carrier: C, mut votes: Vec<Vote>, unsent: Unsent) {
     if votes.is_empty() {
         return;
     }
+    let asks = batches.asks();
     let commands = votes.iter().map(|vote| vote.commands.len()).sum::<usize>();
-    let mut pipeline = Pipeline::with_capacity(commands + 1);
+    let mut pipeline = Pipeline::with_capacity(commands + asks.len());
     pipeline.ignore_errors();
     let expiry = match votes.as_mut_slice() {
         [vote] => vote.expiry.take(),
@@ -365,10 +383,14 @@ async fn fly<C: Carrier>(batches: Arc<Batches>, carrier: C, mut votes: Vec<Vote>
             pipeline.add_command(then);
         }
     }
-    match &expiry {
-        Some(expiry) => pipeline.cmd("PEXPIRETIME").arg(&*expiry.key),
-        None => pipeline.cmd("TIME"),
-    };
+    asks.add_to(&mut pipeline, || match &expiry {
+        Some(expiry) => {
+            let mut cmd = redis::cmd("PEXPIRETIME");
+            cmd.arg(&*expiry.key);
+            cmd
+        }
+        None => redis::cmd("TIME"),
+    });
     let sent = Instant::now();
     let mut carried = std::pin::pin!(carrier.carry(pipeline));
     // The first poll hands the pipeline to the connection.
@@ -380,6 +402,7 @@ async fn fly<C: Carrier>(batches: Arc<Batches>, carrier: C, mut votes: Vec<Vote>
     };
     let received = Instant::now();
     let read = Read {
+        asks,
         expiry,
         sent,
         received,
@@ -387,9 +410,11 @@ async fn fly<C: Carrier>(batches: Arc<Batches>, carrier: C, mut votes: Vec<Vote>
     land(&batches.judge, waiting, replies, read);
 }
 
-/// How a batch read the node's clock: `PEXPIRETIME` of a lone
-/// acquisition's key (`expiry`) or `TIME`, sent and answered when.
+/// How a batch read the node's witness (`asks`): the clock by
+/// `PEXPIRETIME` of a lone acquisition's key (`expiry`) or `TIME`, sent
+/// and answered when.
 struct Read {
+    asks: Asks,
     expiry: Option<Expiry>,
     sent: Instant,
     received: Instant,
@@ -417,21 +442,26 @@ fn land(
 ) {
     let commands = waiting.iter().map(|(count, _)| count).sum::<usize>();
     let mut replies = match replies {
-        Ok(Value::Array(replies)) if replies.len() == commands + 1 => replies,
+        Ok(Value::Array(replies)) if replies.len() == commands + read.asks.len() => replies,
         Ok(_) => {
             let err = RedisError::from((ErrorKind::Parse, "a batch's replies do not match it"));
             return fail(waiting, &err);
         }
         Err(err) => return fail(waiting, &err),
     };
-    let reading = read.reading(replies.pop(), &replies);
-    let clock = reading.as_ref().map(judge);
+    let (clock, mark) = read.asks.take(&mut replies);
+    let witnessed = Witnessed {
+        reading: read.reading(clock, &replies),
+        mark,
+    };
+    let judged = witnessed.any().then(|| judge(&witnessed));
+    let reading = witnessed.reading;
     let mut replies = replies.into_iter();
     for (count, reply) in waiting {
         let own = own(&mut replies, count);
         let landed = own.map(|reply| Landed {
             reply,
-            clock: clock.clone(),
+            judged: judged.clone(),
             reading,
         });
         // A vote whose caller went away needs no reply.
@@ -522,6 +552,8 @@ mod tests {
                 "SET taken" => Value::BulkString(b"theirs".to_vec()),
                 // Set at 1,700,000,000,000 ms with a TTL of 10 s.
                 command if command.starts_with("PEXPIRETIME") => Value::Int(1_700_000_010_000),
+                "GET mark" => Value::BulkString(b"m1".to_vec()),
+                "GET other-mark" => Value::BulkString(b"m2".to_vec()),
                 command => Value::Int(command[4..].parse().unwrap_or(-1)),
             });
             Ok(Value::Array(replies.collect()))
@@ -534,20 +566,41 @@ mod tests {
         Commands(cmd, Vec::new())
     }
 
-    /// Batches whose judge counts its calls and passes every reading.
+    /// Batches that read the clock, whose judge counts its calls and passes
+    /// every witness.
     fn batches(judged: &Arc<AtomicUsize>) -> Arc<Batches> {
+        witnessing(judged, None)
+    }
+
+    /// [`batches`] that also read the data mark at `mark`; the judge passes
+    /// a witness whose mark is `m1`.
+    fn witnessing(judged: &Arc<AtomicUsize>, mark: Option<&str>) -> Arc<Batches> {
         let judged = judged.clone();
+        let asks = Asks {
+            mark: mark.map(|key| key.as_bytes().into()),
+            clock: true,
+        };
         Batches::new(
-            Box::new(move |reading| {
-                assert_eq!(
-                    reading.node_us / 1000,
-                    1_700_000_000_000,
-                    "the node's clock"
-                );
+            Box::new(move |witnessed| {
+                if let Some(reading) = witnessed.reading {
+                    assert_eq!(
+                        reading.node_us / 1000,
+                        1_700_000_000_000,
+                        "the node's clock"
+                    );
+                }
                 judged.fetch_add(1, Ordering::SeqCst);
-                Ok(())
+                match &witnessed.mark {
+                    Some(Value::BulkString(mark)) if mark != b"m1" => {
+                        Err(Arc::new(NotCounted::Unchecked {
+                            reason: "another mark".into(),
+                        }))
+                    }
+                    _ => Ok(()),
+                }
             }),
             Box::new(|| true),
+            Box::new(move || asks.clone()),
         )
     }
 
@@ -561,7 +614,7 @@ mod tests {
         for (n, landed) in (1..=5).zip(landed) {
             let landed = landed.expect("each vote its reply");
             assert_eq!(landed.reply, Value::Int(n), "vote {n} got another's reply");
-            assert!(matches!(landed.clock, Some(Ok(()))));
+            assert!(matches!(landed.judged, Some(Ok(()))));
         }
         let sent = tasks::lock(&mock.batches).clone();
         assert_eq!(
@@ -569,6 +622,30 @@ mod tests {
             vec![vec!["GET 1", "GET 2", "GET 3", "GET 4", "GET 5", "TIME"]]
         );
         assert_eq!(judged.load(Ordering::SeqCst), 1, "one reading, judged once");
+    }
+
+    /// With the data mark read, a batch ends with `GET` of it before the
+    /// clock's reading; both are judged together, once, as each vote's.
+    #[tokio::test]
+    async fn a_batch_reads_the_data_mark_after_its_grants_and_before_the_clock() {
+        let judged = Arc::new(AtomicUsize::new(0));
+        for (mark, counted) in [("mark", true), ("other-mark", false)] {
+            let batches = witnessing(&judged, Some(mark));
+            let mock = Mock::default();
+            let (commands, expiry) = set("free");
+            let votes = [
+                batches.send(get("1"), None, &mock),
+                batches.send(commands, expiry, &mock),
+            ];
+            for landed in futures::future::join_all(votes).await {
+                let landed = landed.expect("a reply");
+                assert_eq!(matches!(landed.judged, Some(Ok(()))), counted, "{mark}");
+            }
+            let sent = tasks::lock(&mock.batches).clone();
+            let get_mark = format!("GET {mark}");
+            assert_eq!(sent, vec![vec!["GET 1", "SET free", &get_mark, "TIME"]]);
+        }
+        assert_eq!(judged.load(Ordering::SeqCst), 2, "one witness per batch");
     }
 
     #[test]
@@ -636,14 +713,14 @@ mod tests {
             .await
             .expect("a reply");
         assert_eq!(landed.reply, Value::Nil);
-        assert!(matches!(landed.clock, Some(Ok(()))), "{:?}", landed.clock);
+        assert!(matches!(landed.judged, Some(Ok(()))), "{:?}", landed.judged);
         // Refused: another holder's expiry says nothing of the node's clock.
         let (commands, expiry) = set("taken");
         let landed = batches
             .send(commands, expiry, &mock)
             .await
             .expect("a reply");
-        assert!(landed.clock.is_none(), "{:?}", landed.clock);
+        assert!(landed.judged.is_none(), "{:?}", landed.judged);
         let sent = tasks::lock(&mock.batches).clone();
         assert_eq!(
             sent,
@@ -665,7 +742,7 @@ mod tests {
         });
         for landed in futures::future::join_all(votes).await {
             let landed = landed.expect("a reply");
-            assert!(matches!(landed.clock, Some(Ok(()))), "{:?}", landed.clock);
+            assert!(matches!(landed.judged, Some(Ok(()))), "{:?}", landed.judged);
         }
         let sent = tasks::lock(&mock.batches).clone();
         assert_eq!(sent, vec![vec!["SET free", "SET taken", "TIME"]]);

@@ -43,6 +43,8 @@ pub(crate) enum Change {
     Server(String),
     /// Its clock stepped forward, by about this much.
     Clock(std::time::Duration),
+    /// Its data went (its data mark went or was replaced), seen so.
+    Data(&'static str),
 }
 
 /// The server changes of one client's nodes.
@@ -108,6 +110,10 @@ impl ServerChanges {
             .flatten();
         match change {
             Some(Change::Clock(ahead)) => LostReason::ClockStepped { node, ahead },
+            Some(Change::Data(why)) => LostReason::DataLost {
+                node,
+                why: why.to_owned(),
+            },
             Some(Change::Server(run_id)) => LostReason::ServerChanged { node, run_id },
             None => LostReason::ServerChanged {
                 node,

@@ -178,7 +178,9 @@ impl Engine {
 
     /// Checks a TTL and returns it in whole milliseconds with its drift.
     pub(crate) fn ttl(&self, ttl: std::time::Duration) -> Result<Ttl> {
-        let checked = Ttl::new(ttl, self.config.drift_factor, self.config.clock_tolerance)
+        // The largest clock tolerance in use on the nodes (see `standing/`).
+        let tolerance = self.standings.validity_tolerance();
+        let checked = Ttl::new(ttl, self.config.drift_factor, tolerance)
             .map_err(|reason| Error::InvalidTtl { ttl, reason })?;
         // The restart grace covers the longest TTL this client uses.
         self.standings.note_ttl(checked.millis);
@@ -382,7 +384,10 @@ impl Engine {
         let deadline = Instant::now() + self.config.connect_timeout;
         // Misconfigured nodes and nodes that did not answer in time are
         // shown as they are.
-        let _ = self.first_contact(Some(deadline)).await;
+        let refused = match self.first_contact(Some(deadline)).await {
+            Err(NotReady::Misconfigured(reason)) => Some(reason),
+            _ => None,
+        };
         let mut round = self.ask(&Request::Inspect { key }, To::All);
         round.collect(Until::All).await;
         // Every node answered (or timed out): `Until::All`.
@@ -391,7 +396,7 @@ impl Engine {
             .collect();
         let not_counted = (0..self.nodes.len()).map(|index| self.standings.not_counted(index));
         LockStatus::from_answers(answers, quorum::quorum(self.nodes.len()))
-            .with_standing(not_counted)
+            .with_standing(not_counted, refused)
     }
 }
 
@@ -453,6 +458,7 @@ fn standings(targets: &[Target], config: &Config) -> Arc<Standings> {
             grace: config.restart_grace,
             trust_durable: config.trust_durable_nodes,
             strict: config.strict_restarts,
+            allow_eviction: config.allow_eviction,
             drift_factor: config.drift_factor,
             clock_tolerance: config.clock_tolerance,
         },

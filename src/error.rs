@@ -383,6 +383,19 @@ pub enum LostReason {
         /// client wrote told it).
         ahead: std::time::Duration,
     },
+    /// A node that held the lock's key lost its data: its data mark (see
+    /// [`NotCounted::DataLost`](crate::NotCounted::DataLost)) went or was
+    /// replaced (a `FLUSHALL`, an empty restart whatever its persistence
+    /// settings, a resync from another server, eviction), leaving fewer
+    /// than a quorum of nodes that surely hold it. Told as soon as the
+    /// client reads the mark: after its next grant there, or its background
+    /// reading within about a second.
+    DataLost {
+        /// The node whose loss left too few holders (`host:port`).
+        node: String,
+        /// How the loss was seen, in words.
+        why: String,
+    },
     /// The holder released the lock, or gave it up: the guard was unlocked,
     /// dropped or forgotten. Only [`LockGuard::lost`](crate::LockGuard::lost)
     /// futures that outlive their guard tell this.
@@ -426,6 +439,11 @@ impl fmt::Display for LostReason {
                 } else {
                     format!(" by {:.1} s", ahead.as_secs_f64())
                 }
+            ),
+            LostReason::DataLost { node, why } => write!(
+                f,
+                "node {node} lost its data ({why}), and with it the key, leaving fewer than a \
+                 quorum of holders"
             ),
             LostReason::Released => f.write_str("released by its holder"),
         }

@@ -178,9 +178,9 @@
 //! | `quorlock_acquire_wait_seconds` | histogram | `kind` | from the call to the lock, of calls that took it |
 //! | `quorlock_round_seconds` | histogram | `round` | one round to its decision: `acquire`, `extend`, `release` |
 //! | `quorlock_extensions_total` | counter | `kind`, `outcome` | `extended`, `refused` (a quorum no longer holds the lock), `unreachable` (too few answers), `late` (after the validity) |
-//! | `quorlock_locks_lost_total` | counter | `kind`, `reason` | held locks lost, once each, when quorlock learns of it: `extension_refused`, `expired`, `unreachable`, `limit_reached` |
+//! | `quorlock_locks_lost_total` | counter | `kind`, `reason` | held locks lost, once each, when quorlock learns of it: `extension_refused`, `expired`, `unreachable`, `limit_reached`, `server_changed`, `clock_stepped`, `data_lost` |
 //! | `quorlock_releases_unconfirmed_total` | counter | `kind` | `unlock` calls that returned `ReleaseUnconfirmed` |
-//! | `quorlock_nodes_not_counted_total` | counter | `reason` | node answers in rounds that did not count: `unchecked`, `unresponsive` (skipped, not asked), `recovering` (after a restart), `clock_stepped` (its clock stepped forward), `clock_unsure` (a reply too slow to rule a step out) |
+//! | `quorlock_nodes_not_counted_total` | counter | `reason` | node answers in rounds that did not count: `unchecked`, `unresponsive` (skipped, not asked), `recovering` (after a restart or failover), `data_lost` (its data mark went: a loss of data), `clock_stepped` (its clock stepped forward), `clock_unsure` (a reply too slow to rule a step out) |
 //! | `quorlock_notifications_received_total` | counter | | handoff notifications that reached a waiter |
 //!
 //! `kind` is `lock` (`lock`, `try_lock`, `with_lock`), `lock_all`, `read` or
@@ -248,8 +248,10 @@
 //! 8. `node/`: one node (`mod.rs`): what each request sends (`wire.rs`),
 //!    the exchange with its fallbacks (`exchange.rs`), the commands alone,
 //!    pipelined or batched (`send.rs`, with `batch.rs`: a node's votes in
-//!    one pipeline with one clock reading), the reply read as an answer
-//!    (`reply.rs`), the probe of a node that timed out (`probe.rs`).
+//!    one pipeline with one witness, and `witness.rs`: what a vote reads
+//!    of the node after its grant, its data mark and its clock), the reply
+//!    read as an answer (`reply.rs`), the probe of a node that timed out
+//!    (`probe.rs`).
 //!    Below it: `target/`, where a node is (`mod.rs`: an address;
 //!    `sentinel.rs`: a Sentinel-managed primary; `cluster_seeds.rs`: a
 //!    cluster's seed nodes; `first_answer.rs`: asking several at once);
@@ -258,11 +260,16 @@
 //!    `shards.rs`, that connection to one server or to every primary of a
 //!    cluster; `cluster.rs`, slots and hash tags.
 //! 9. `standing/`: whose votes count ([`NotCounted`]) and the check every
-//!    connection passes, with the restart and failover argument: the pure
-//!    judgment (`judge.rs`), what a check reads (`identity.rs`), the
-//!    records (`record.rs`), the table rounds read (`table.rs`), the way
+//!    connection passes, with the restart, failover and data argument: the
+//!    pure judgments, by the server's word (`judge.rs`) and by the node's
+//!    data mark (`mark.rs`), what a check reads of the server
+//!    (`identity.rs`) and of the data (`evidence.rs`, with `answers.rs`),
+//!    the records and the mark's keys (`record.rs`), the node set's
+//!    settings (`settings.rs`), the table rounds read (`table.rs`), the way
 //!    back to counting (`recovery.rs`), a clock's hold (`clock_hold.rs`),
-//!    first contact (`first_contact.rs`), the check (`check.rs`).
+//!    first contact (`first_contact.rs`), the check (`check.rs`), the mark's
+//!    part of it (`mark_check.rs`) and the mark read with every grant
+//!    (`mark_watch.rs`).
 //!    `clock.rs`: the nodes' clocks and the rule, with its argument, that
 //!    holds back a node whose clock stepped; `changes.rs`: the changes that
 //!    tell a held lock at once that its keys may be gone.
@@ -273,7 +280,8 @@
 //! 11. `scripts/`: the Lua, with the parts the scripts share in `mod.rs`,
 //!     and a file per kind of lock: `lock.rs` (the plain lock and its
 //!     queue), `sets.rs`, `rw.rs`, `fencing.rs`, `records.rs` (a leader's
-//!     record, the notes of clock steps).
+//!     record, the notes of clock steps, the data mark, the node set's
+//!     settings).
 //! 12. At the bottom, used by all: `answer.rs` (a node's answer,
 //!     [`NodeError`]), `quorum.rs` (the pure arithmetic: quorum, drift,
 //!     validity, jitter, [`Votes`], [`Unlocked`]), `error.rs` ([`enum@Error`],
@@ -296,6 +304,7 @@ mod cluster;
 mod meter;
 mod quorum;
 mod tasks;
+mod witness;
 
 mod connection;
 mod error;

@@ -89,6 +89,9 @@ impl Meter {
                 LostReason::ExtensionRefused { .. } => "extension_refused",
                 LostReason::Unreachable { .. } => "unreachable",
                 LostReason::LimitReached => "limit_reached",
+                LostReason::ServerChanged { .. } => "server_changed",
+                LostReason::ClockStepped { .. } => "clock_stepped",
+                LostReason::DataLost { .. } => "data_lost",
                 LostReason::Released => return,
                 _ => "expired",
             };
@@ -149,6 +152,7 @@ pub(crate) fn not_counted(reason: &crate::answer::NotCounted) {
             NotCounted::Unresponsive { .. } => "unresponsive",
             NotCounted::Recovering { .. } => "recovering",
             NotCounted::ClockStepped { .. } => "clock_stepped",
+            NotCounted::DataLost { .. } => "data_lost",
             NotCounted::ClockUnsure { .. } => "clock_unsure",
         };
         metrics::counter!("quorlock_nodes_not_counted_total", "reason" => reason).increment(1);

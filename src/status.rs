@@ -57,6 +57,11 @@ pub struct LockStatus {
     pub quorum: usize,
     /// The token prefix held by at least a quorum of nodes, if any.
     pub holder: Option<String>,
+    /// Why this client refuses to lock over these nodes, if it does
+    /// ([`Error::Misconfigured`](crate::Error::Misconfigured): a node that
+    /// may evict lock keys, a replica, one server listed twice). What the
+    /// nodes hold is shown all the same.
+    pub refused: Option<String>,
     /// Whether no quorum can hold the lock, whatever the silent nodes hold.
     free: bool,
 }
@@ -66,14 +71,17 @@ impl LockStatus {
     /// token is never shown: whoever knows it can release the lock.
     pub const TOKEN_PREFIX_LEN: usize = TOKEN_PREFIX_LEN;
 
-    /// Notes, node by node, why votes do not count (in node order).
+    /// Notes, node by node, why votes do not count (in node order), and
+    /// why locking is refused, if it is.
     pub(crate) fn with_standing(
         mut self,
         not_counted: impl Iterator<Item = Option<NotCounted>>,
+        refused: Option<String>,
     ) -> Self {
         for (status, reason) in self.nodes.iter_mut().zip(not_counted) {
             status.not_counted = reason;
         }
+        self.refused = refused;
         self
     }
 }
@@ -129,6 +137,7 @@ impl LockStatus {
             nodes,
             quorum,
             holder,
+            refused: None,
             free,
         }
     }
@@ -233,6 +242,9 @@ impl fmt::Display for RwStatus {
 
 impl fmt::Display for LockStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(reason) = &self.refused {
+            writeln!(f, "locking refused: {reason}")?;
+        }
         for status in &self.nodes {
             write!(f, "{:<24} ", status.node)?;
             match &status.state {

@@ -461,8 +461,10 @@ fn status_shows_a_restarted_node_as_recovering() {
         .lines()
         .find(|line| line.contains(&format!("127.0.0.1:{}", nodes[1].port())))
         .unwrap_or_else(|| panic!("no line for node 1:\n{text}"));
+    // It came back empty: its data mark, recorded on the other nodes by
+    // the first status, is gone.
     assert!(
-        line.contains("does not count: recovering from a restart"),
+        line.contains("does not count: recovering from a loss of data"),
         "{text}"
     );
     let out = output(quorlock(&nodes).args([
@@ -473,6 +475,80 @@ fn status_shows_a_restarted_node_as_recovering() {
         "0s",
     ]));
     assert!(!String::from_utf8_lossy(&out.stdout).contains("does not count"));
+}
+
+/// A primary that has had a replica, restarted from its own snapshot (the
+/// maintenance restart: `SHUTDOWN SAVE`, start again), reports
+/// `master_replid2` as a promoted replica does, and may lack writes made
+/// after its snapshot: it is held back for the grace. `quorlock run` is one
+/// process per call, and the grace must run from the first process that
+/// saw the node back (written on the node), not from each process's own
+/// first sight: the runs after that grace take the lock, the runs before
+/// it do not.
+#[test]
+fn runs_after_a_snapshot_restart_count_the_grace_from_the_first_sight() {
+    let mut primary = RedisServer::start();
+    let _replica = RedisServer::start_replica_of(&primary);
+    let grace = Duration::from_secs(4);
+    let nodes = std::slice::from_ref(&primary);
+    let run = |nodes: &[RedisServer]| {
+        output(quorlock(nodes).args([
+            "run",
+            "--resource",
+            "cli:snapshot",
+            "--ttl",
+            "2s",
+            "--restart-grace",
+            "4s",
+            "--",
+            "true",
+        ]))
+    };
+    assert_eq!(run(nodes).status.code(), Some(0), "before the restart");
+    primary.restart_from_snapshot();
+    let replid2 = primary.info_field("replication", "master_replid2");
+    assert!(
+        replid2.is_some_and(|id| id.bytes().any(|byte| byte != b'0')),
+        "the restarted primary reports master_replid2"
+    );
+    let restarted = Instant::now();
+    let nodes = std::slice::from_ref(&primary);
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    while restarted.elapsed() < grace * 3 {
+        let started = restarted.elapsed();
+        let out = run(nodes);
+        let seen = (started, out.status.code(), stderr_text(&out));
+        // The first run's sight is within a second of the restart; the
+        // grace has its drift allowance (1 %) and a second of slack.
+        if started >= grace + Duration::from_secs(2) {
+            after.push(seen);
+        } else if started + Duration::from_secs(1) < grace {
+            before.push(seen);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    println!("before the grace: {before:?}\nafter the grace: {after:?}");
+    assert!(
+        before
+            .iter()
+            .all(|(_, code, _)| *code == Some(EXIT_NOT_ACQUIRED)),
+        "a run counted the restarted primary within the grace: {before:?}"
+    );
+    assert!(
+        before
+            .iter()
+            .all(|(_, _, stderr)| stderr.contains("recovering")),
+        "{before:?}"
+    );
+    assert!(!after.is_empty());
+    assert!(
+        after.iter().all(|(_, code, _)| *code == Some(0)),
+        "runs after the grace from the first sight failed: {after:?}"
+    );
+}
+
+fn stderr_text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// Kills, when dropped, every process whose pid a `*.pid` file in the

@@ -88,7 +88,7 @@ async fn immediate_restart_without_persistence_grants_no_second_holder_by_defaul
         "node 1 named as recovering: {err}"
     );
     assert!(
-        err.to_string().contains("recovering from a restart"),
+        err.to_string().contains("recovering from a loss of data"),
         "{err}"
     );
 
@@ -107,8 +107,9 @@ async fn immediate_restart_without_persistence_grants_no_second_holder_by_defaul
 }
 
 /// The same sequence seen by the first holder's own client: it knew node 1,
-/// so the changed `run_id` alone holds node 1 back; and it tells holder A at
-/// once that its key on node 1 may be gone (A held a bare quorum).
+/// so the changed `run_id` alone would hold node 1 back, and its data mark,
+/// gone with its data, does; and it tells holder A at once that its key on
+/// node 1 may be gone (A held a bare quorum).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_knew_the_node_sees_its_run_id_change() {
     let mut nodes = servers(3);
@@ -130,7 +131,7 @@ async fn a_client_that_knew_the_node_sees_its_run_id_change() {
         recovering_nodes(&err).contains(&node_name(&nodes[1])),
         "{err}"
     );
-    assert!(err.to_string().contains("run_id changed"), "{err}");
+    assert!(err.to_string().contains("data mark is gone"), "{err}");
     assert!(Instant::now() < a_until);
     let lost = tokio::time::timeout(Duration::from_secs(5), a.lost())
         .await
@@ -138,7 +139,9 @@ async fn a_client_that_knew_the_node_sees_its_run_id_change() {
     assert!(
         matches!(
             lost.lost_reason(),
-            Some(quorlock::LostReason::ServerChanged { .. })
+            Some(
+                quorlock::LostReason::ServerChanged { .. } | quorlock::LostReason::DataLost { .. }
+            )
         ),
         "{lost}"
     );
@@ -303,7 +306,9 @@ async fn a_recovering_node_counts_again_after_the_grace() {
         "{status}"
     );
     assert!(
-        status.to_string().contains("recovering from a restart"),
+        status
+            .to_string()
+            .contains("recovering from a loss of data"),
         "{status}"
     );
     assert!(status.nodes[0].not_counted.is_none() && status.nodes[2].not_counted.is_none());

@@ -41,11 +41,12 @@ enum Nodes {
 /// | `release_notifications(b)` | on | a waiting `lock` listens (pub/sub) for the release that hands the lock on to it and claims it at once; off, it makes a round every 250 ms (or its retry delay if shorter) to find out, which costs the nodes a round per waiter |
 /// | `fencing(b)` | off | fencing tokens (an `INCR` pipelined with each `SET`; one more round trip only when the nodes' counters differ) |
 /// | `fencing_counter_key(k)` | `quorlock-fencing-counter` | each node's fencing counter (only the key: `fencing(true)` turns fencing on, in either order) |
-/// | `restart_grace(d)` | 60 s | a node whose server changed (a restart without durable data, a failover) does not count for this long after it came back (at least the longest TTL this client used); must cover every client's TTL; 0: off (see `docs/operations.md`) |
-/// | `clock_tolerance(d)` | 100 ms | a node whose wall clock ran ahead by more than this (a clock step, which expires its keys early) does not count for the restart grace; every lock's validity is shortened by it; set it above twice the round trip to the nodes; 0: off (see `docs/operations.md`) |
+/// | `restart_grace(d)` | 60 s | a node whose server changed (a restart without durable data, a failover) or whose data went (its data mark gone: `FLUSHALL`, an empty restart, a resync) does not count for this long after that was first seen, by any client (at least the longest TTL this client used, and the longest grace any client recorded on the nodes); must cover every client's TTL; 0: off (see `docs/operations.md`) |
+/// | `clock_tolerance(d)` | 100 ms | a node whose wall clock ran ahead by more than this (a clock step, which expires its keys early) does not count for the restart grace; set it above twice the round trip to the nodes; a property of the node set: every client shortens its validities by the largest tolerance recorded on the nodes and judges steps by the smallest; 0: off (see `docs/operations.md`) |
 /// | `trust_durable_nodes(b)` | on | a node with `appendonly yes` + `appendfsync always` counts at once after a restart (not after a failover) |
 /// | `replica_acks(n)` | 0 (off) | a grant counts only once `n` of the node's replicas acknowledged it (`WAIT`); the key then survives a failover to one of them, but the holder is still told and the new primary still held back (see the method's docs); one round trip more per grant |
-/// | `strict_restarts(b)` | off | also hold back nodes that are younger than the grace when first met |
+/// | `strict_restarts(b)` | off | also hold back nodes that are younger than the grace when first met, and nodes met without their data mark |
+/// | `allow_eviction(b)` | off | take nodes whose memory policy can evict keys (`maxmemory` with a policy other than `noeviction`); off, locking over such a node is refused (`Error::Misconfigured`) |
 ///
 /// TTLs are rounded down to whole milliseconds; valid TTLs leave some validity
 /// after the drift allowance (3 ms or more with the default drift) and are at most
@@ -74,7 +75,7 @@ enum Nodes {
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct RedlockBuilder {
     nodes: Nodes,
-    config: Config,
+    pub(super) config: Config,
 }
 
 impl RedlockBuilder {
@@ -296,121 +297,6 @@ impl RedlockBuilder {
         self
     }
 
-    /// How long a node that restarted and may have lost its keys does not
-    /// count toward a quorum, from when it came back: the "delayed restart"
-    /// that Redlock's safety needs, enforced by the client (see the crate
-    /// docs, "Restarts"). Such a node is *recovering*: it is asked, so it
-    /// learns the locks taken meanwhile, but its grants do not count until
-    /// the grace has passed; then it counts again by itself.
-    ///
-    /// The grace must be at least the longest TTL that **any** client of
-    /// these nodes uses (with auto-extension, the TTL of each extension, not
-    /// the whole hold). Each client covers its own longest TTL by itself (the
-    /// grace is `max(restart_grace, longest TTL used)` plus the drift
-    /// allowance), so the option matters where other clients use longer TTLs
-    /// than this one. Longer costs nothing while nodes run, and, with three
-    /// or more nodes, one restarted node costs no availability either: the
-    /// others still make a quorum. Shorter than another client's TTL is
-    /// unsafe. Zero switches the protection off (the behaviour of other
-    /// Redlock clients: an immediate restart without persistence can grant a
-    /// second holder). Default: [`DEFAULT_RESTART_GRACE`](Self::DEFAULT_RESTART_GRACE), 60 s, which covers
-    /// the TTLs of the CLI (10 s by default), of the Redis docs' examples and
-    /// of most uses; at most [`Redlock::MAX_TTL`](crate::Redlock::MAX_TTL).
-    pub fn restart_grace(mut self, grace: Duration) -> Self {
-        self.config.restart_grace = grace;
-        self
-    }
-
-    /// How far a node's wall clock may step forward unseen. Redis expires
-    /// keys by its wall clock, so a node whose clock steps forward (NTP
-    /// stepping instead of slewing, a resumed VM) loses its keys early.
-    /// The client reads every node's clock (`TIME`, pipelined with each
-    /// acquisition, and once a second in the background) and compares it
-    /// with its own monotonic clock and with the other nodes: a node whose
-    /// clock surely ran ahead by more than the tolerance has *stepped*, and
-    /// its grants do not count for the restart grace (see
-    /// [`restart_grace`](Self::restart_grace), and the safety argument in
-    /// the crate docs, "Clock steps"). A vote whose reading cannot rule out
-    /// such a step (a round trip too long to tell) does not count either.
-    ///
-    /// Every lock's validity is shortened by the tolerance, since a smaller
-    /// step goes unseen, so a TTL must exceed it. A reading is as precise as
-    /// its round trip: a vote counts only if the reply after it, with the
-    /// most precise earlier reading, leaves no room for a step beyond the
-    /// tolerance ([`NotCounted::ClockUnsure`](crate::NotCounted::ClockUnsure)
-    /// otherwise). The default,
-    /// [`DEFAULT_CLOCK_TOLERANCE`](Self::DEFAULT_CLOCK_TOLERANCE) (100 ms),
-    /// suits the default [node timeout](Self::node_timeout) (50 ms: a
-    /// reply within it is precise enough); with a longer node timeout
-    /// (nodes far away), raise the tolerance above twice the timeout. NTP
-    /// steps a clock only when it is off by more than 128 ms, and slews it
-    /// otherwise. Zero switches the watch off
-    /// (no `TIME` is sent, and validity is not shortened): a step forward
-    /// can then grant a second holder. At most 1 hour.
-    pub fn clock_tolerance(mut self, tolerance: Duration) -> Self {
-        self.config.clock_tolerance = tolerance;
-        self
-    }
-
-    /// Whether a node that runs `appendonly yes` with `appendfsync always`
-    /// counts at once after a restart: every acknowledged write is on disk
-    /// before the reply, so the keys survive with their expiry. Off, such a
-    /// node waits the grace too (for operators who do not trust the disk, or
-    /// who change the settings at restart). A node whose settings cannot be
-    /// read (`CONFIG` refused) is never taken as durable. Default: on.
-    pub fn trust_durable_nodes(mut self, on: bool) -> Self {
-        self.config.trust_durable_nodes = on;
-        self
-    }
-
-    /// Strict mode: a node that is already younger than the grace when this
-    /// client first meets it, and not durable, is held back too, whatever
-    /// the nodes' records say. Off (the default), such a node counts when
-    /// its own record holds its `run_id`, or when no record holds a
-    /// `run_id` that no node has now (nothing that counted is gone: a
-    /// brand-new set of nodes, so the quick start does not wait), and is held
-    /// back otherwise (it may be the node that lost its data). On, it closes
-    /// the two gaps the default leaves: a client that first meets the nodes
-    /// while every node that remembers the lost incarnation is down, and a
-    /// single node, which has no other node to remember it. The cost: a
-    /// fresh set of nodes makes the first locks wait the grace. Default: off.
-    pub fn strict_restarts(mut self, on: bool) -> Self {
-        self.config.strict_restarts = on;
-        self
-    }
-
-    /// A grant (an acquisition, an extension, a fencing write-back) counts
-    /// only once `replicas` of the node's replicas acknowledged it: quorlock
-    /// sends `WAIT replicas <node timeout>` on the connection that made the
-    /// grant, and a node whose replicas did not acknowledge in time is a
-    /// failed vote for that round (`NodeErrorKind::ReplicasBehind`). Default:
-    /// 0, off.
-    ///
-    /// **What it buys, precisely.** A counted key is on the primary and on
-    /// at least `replicas` replicas. A failover to one of those replicas
-    /// keeps the key, so the promoted server refuses other clients the lock
-    /// while the holder is valid, also where quorlock cannot see the change
-    /// of server (a proxy that keeps the connection open, a server that
-    /// refuses `INFO`). It does **not** let the holder keep its lock through
-    /// a failover: quorlock cannot tell whether the promoted replica was one
-    /// that acknowledged, so the failover rule still holds the new primary
-    /// back for the grace and tells the holder (`LostReason::ServerChanged`).
-    /// Nor is `WAIT` a guarantee by itself: a replica that acknowledged can
-    /// still lose the key (it restarts), and Sentinel may promote one that
-    /// did not.
-    ///
-    /// **What it costs.** One round trip more per grant, and the time the
-    /// replicas take to acknowledge, during which the node's connection
-    /// (shared by the client's calls) answers nothing else; a node without
-    /// enough connected replicas grants nothing. See docs/benchmarks.md.
-    ///
-    /// On a Redis Cluster node, `WAIT` goes to every primary and the fewest
-    /// acknowledgements count: every primary needs `replicas` replicas.
-    pub fn replica_acks(mut self, replicas: u32) -> Self {
-        self.config.replica_acks = replicas;
-        self
-    }
-
     /// The key of each node's fencing counter, instead of
     /// [`DEFAULT_FENCING_COUNTER_KEY`](Self::DEFAULT_FENCING_COUNTER_KEY).
     /// It only names the key: [`fencing`](Self::fencing) switches fencing
@@ -487,6 +373,7 @@ impl Default for Config {
             trust_durable_nodes: true,
             replica_acks: 0,
             strict_restarts: false,
+            allow_eviction: false,
         }
     }
 }

@@ -8,10 +8,12 @@
 //! `options.rs`, the checked [`Config`] and what follows from it (the
 //! patience of a `lock` call, the fencing counter's key); `builder.rs`,
 //! [`RedlockBuilder`]: each option with its default and range, and the
-//! checks; `url.rs`, a node from its URL, and a URL shown without its
-//! password.
+//! checks, with `judging.rs`, its options for judging the nodes (restarts,
+//! failovers, clock steps, losses of data, eviction, replicas); `url.rs`, a
+//! node from its URL, and a URL shown without its password.
 
 mod builder;
+mod judging;
 mod options;
 mod url;
 

@@ -46,6 +46,8 @@ pub(crate) struct Config {
     pub(crate) clock_tolerance: Duration,
     pub(crate) trust_durable_nodes: bool,
     pub(crate) strict_restarts: bool,
+    /// Nodes whose memory policy can evict keys are taken.
+    pub(crate) allow_eviction: bool,
     /// How many replicas must acknowledge a grant (`WAIT`) before it counts.
     pub(crate) replica_acks: u32,
     /// Whether metrics carry a `resource` label.

@@ -9,9 +9,9 @@ use std::time::Duration;
 use redis::{ErrorKind, RedisError};
 
 use super::probe::StandingRef;
-use super::reply::{Clock, Exchanged, Reply, is_syntax_error, unexpected};
+use super::reply::{Exchanged, Reply, Witness, is_syntax_error, unexpected};
 use super::send::{
-    AcquireCall, ReadCall, first_write, read_unscripted, run, run_timed, seeded, send_set_nx,
+    AcquireCall, ReadCall, first_write, read_unscripted, run, run_witnessed, seeded, send_set_nx,
 };
 use super::wire::{Call, read_script};
 use crate::answer::{Answer, NodeError, NodeErrorKind};
@@ -37,7 +37,7 @@ pub(super) struct NodeCore {
     pub(super) standing: Arc<StandingRef>,
     /// How many replicas must acknowledge a grant before it counts (0: off).
     pub(super) replica_acks: u32,
-    /// The node's timed votes, sent in batches (see `batch.rs`).
+    /// The node's witnessed votes, sent in batches (see `batch.rs`).
     pub(super) batches: Arc<Batches>,
 }
 
@@ -76,21 +76,24 @@ impl NodeCore {
     }
 
     /// The answer in `exchanged`, read as `reply`, with what the node's
-    /// clock, read after it (if it was), showed.
+    /// witness, read after it (if it was), showed.
     pub(super) fn answer(&self, exchanged: Exchanged, reply: Reply) -> Answer {
         let answer = (reply.read(exchanged.reply, exchanged.legacy))
             .unwrap_or_else(|value| Answer::Failed(unexpected(self.name.clone(), &value)));
-        match exchanged.clock {
-            Clock::Unread => answer,
-            Clock::Read(reading) => self.clock_checked(answer, self.standing.judge(&reading)),
-            Clock::Judged(judged) => self.clock_checked(answer, judged),
+        match exchanged.witness {
+            Witness::Unread => answer,
+            Witness::Read(witnessed) => {
+                self.witness_checked(answer, self.batches.judge(&witnessed))
+            }
+            Witness::Judged(judged) => self.witness_checked(answer, judged),
         }
     }
 
-    /// A vote's `answer` with what the node's clock, read after it, showed
-    /// (`judged`, see `clock.rs`): a grant of a node whose clock stepped, or
-    /// may have, does not count.
-    pub(super) fn clock_checked(&self, answer: Answer, judged: Judged) -> Answer {
+    /// A vote's `answer` with what the node's witness, read after it,
+    /// showed (`judged`, see `Standings::see_witness`): a grant of a node
+    /// whose data mark changed, or whose clock stepped or may have, does
+    /// not count.
+    pub(super) fn witness_checked(&self, answer: Answer, judged: Judged) -> Answer {
         match judged {
             Err(reason) if answer.is_granted() => {
                 let kind = NodeErrorKind::NotCounted(reason);
@@ -107,18 +110,19 @@ impl NodeCore {
         self.exchange_with(call, false).await
     }
 
-    /// [`exchange`](Self::exchange), `timed`: with the node's clock read
-    /// after the call, in the same request (see `clock.rs`).
+    /// [`exchange`](Self::exchange), `witnessed`: with the node's witness
+    /// (its data mark and clock) read after the call, in the same request
+    /// or batch (see `batch.rs`).
     pub(super) async fn exchange_with(
         &self,
         call: &Call,
-        timed: bool,
+        witnessed: bool,
     ) -> Result<Exchanged, NodeErrorKind> {
         let handle = self.link.connection().await?;
         let id = handle.id();
         let mut connection = handle.connection;
         let outstanding = self.link.outstanding();
-        let answer = self.fallbacks(&mut connection, call, timed).await;
+        let answer = self.fallbacks(&mut connection, call, witnessed).await;
         drop(outstanding);
         if let Err(err) = &answer
             && connection::is_broken(err)
@@ -136,11 +140,11 @@ impl NodeCore {
         &self,
         connection: &mut Connection,
         call: &Call,
-        timed: bool,
+        witnessed: bool,
     ) -> Result<Exchanged, RedisError> {
         let (lock, ttl_ms, counter_key, check) = match call {
-            Call::Command { cmd, script } if timed => {
-                return Box::pin(run_timed(connection, cmd, *script, &self.batches)).await;
+            Call::Command { cmd, script } if witnessed => {
+                return Box::pin(run_witnessed(connection, cmd, *script, &self.batches)).await;
             }
             Call::Command { cmd, script } => {
                 return run(connection, cmd, *script)
@@ -161,7 +165,7 @@ impl NodeCore {
                     scripted: !*first || *prune,
                     prune: *prune,
                 };
-                return Box::pin(self.read_hold(connection, read, timed)).await;
+                return Box::pin(self.read_hold(connection, read, witnessed)).await;
             }
             Call::Acquire {
                 lock,
@@ -176,7 +180,7 @@ impl NodeCore {
             ttl_ms,
             counter_key,
             check,
-            timed: timed.then_some(&self.batches),
+            witnessed: witnessed.then_some(&self.batches),
         };
         match (counter_key, check) {
             (None, None) => self.set_nx(connection, &acquired).await,
@@ -230,9 +234,9 @@ impl NodeCore {
         &self,
         connection: &mut Connection,
         read: ReadCall<'_>,
-        timed: bool,
+        witnessed: bool,
     ) -> Result<Exchanged, RedisError> {
-        if let Some(node_clock_us) = self.read_aim(connection, &read, timed) {
+        if let Some(node_clock_us) = self.read_aim(connection, &read, witnessed) {
             let ends_ms = read_round::aim(node_clock_us, read.ttl_ms);
             match read_unscripted(connection, &self.batches, &read, ends_ms).await {
                 Ok(Some(exchanged)) => return Ok(exchanged),
@@ -255,8 +259,8 @@ impl NodeCore {
             }
         }
         let cmd = read_script(read.keys, read.token, read.ttl_ms, read.prune);
-        if timed {
-            Box::pin(run_timed(
+        if witnessed {
+            Box::pin(run_witnessed(
                 connection,
                 &cmd,
                 Some(&scripts::READ),
@@ -272,15 +276,15 @@ impl NodeCore {
     /// The most the node's clock reads now (µs since the Unix epoch), to aim
     /// a reader's round without a script at, where the node allows one: a
     /// single server (not a cluster) of Redis 7.0 or later that has not
-    /// refused one, its clock read after the round (`timed`) and read
+    /// refused one, its clock read after the round (`witnessed`) and read
     /// before, for a round not `scripted`.
     pub(super) fn read_aim(
         &self,
         connection: &Connection,
         read: &ReadCall<'_>,
-        timed: bool,
+        witnessed: bool,
     ) -> Option<i64> {
-        let allowed = timed
+        let allowed = witnessed
             && !read.scripted
             && matches!(connection, Connection::One(_))
             && !self.legacy_set.load(Ordering::Relaxed)

@@ -38,7 +38,7 @@ use futures::future::BoxFuture;
 use redis::Value;
 
 use crate::answer::{Answer, NodeError, NodeErrorKind, NotCounted};
-use crate::batch::Batches;
+use crate::batch::{Batches, Witnessed};
 use crate::clock::Reading;
 use crate::connection::{self, Connection, Link};
 use crate::request::Request;
@@ -89,11 +89,15 @@ impl Node {
         let batches = Batches::new(
             {
                 let standing = standing.clone();
-                Box::new(move |reading| standing.judge(reading))
+                Box::new(move |witnessed| standing.judge(witnessed))
             },
             {
                 let link = link.clone();
                 Box::new(move || link.busy())
+            },
+            {
+                let standing = standing.clone();
+                Box::new(move || standing.asks())
             },
         );
         Node {
@@ -128,17 +132,18 @@ impl Node {
     /// nested futures per node.
     pub(crate) fn send(&self, request: &Request) -> BoxFuture<'static, Answer> {
         let (purpose, call, reply) = plan(request);
-        // A vote that can grant a new key reads the node's clock after it,
-        // in the same request (see `clock.rs`).
-        let timed = matches!(
+        // A vote that can grant a new key reads the node's witness (its
+        // data mark and clock) after it, in the same request (see
+        // `batch.rs`).
+        let witnessed = matches!(
             request,
             Request::Acquire { .. }
                 | Request::Wait { .. }
                 | Request::FirstWrite { .. }
                 | Request::FirstRead { .. }
                 | Request::Gather { .. }
-        ) && self.shared.standing.standings.clock_on();
-        Box::pin(self.call(purpose, call, reply, timed))
+        ) && self.shared.standing.witnesses();
+        Box::pin(self.call(purpose, call, reply, witnessed))
     }
 
     /// Runs `errand` of the standings on this node (see [`Errand`]), bounded
@@ -149,7 +154,9 @@ impl Node {
         errand: Errand,
     ) -> BoxFuture<'static, Result<(), NodeError>> {
         match errand {
-            Errand::Record(incarnation) => self.record_incarnation(keys, incarnation).boxed(),
+            Errand::Record { incarnation, mark } => {
+                self.record_incarnation(keys, incarnation, mark).boxed()
+            }
             Errand::NoteClockStep { run_id, hold_ms } => {
                 let mut cmd = evalsha(&scripts::CLOCK_NOTE, 1, 2);
                 cmd.arg(&*keys.clock_steps).arg(&*run_id).arg(hold_ms);
@@ -162,11 +169,15 @@ impl Node {
                     .boxed()
             }
             Errand::ReadClock => self.read_clock().boxed(),
+            Errand::Recheck => {
+                self.shared.link.reconnect();
+                futures::future::ready(Ok(())).boxed()
+            }
         }
     }
 
-    /// Reads the node's clock (`TIME`) into its history, if the node is
-    /// connected (the background reading, see `clock.rs`).
+    /// Reads the node's witness (its data mark and its clock, `TIME`), if
+    /// the node is connected: the background reading (see `clock.rs`).
     fn read_clock(&self) -> impl Future<Output = Result<(), NodeError>> + Send + 'static {
         let shared = self.shared.clone();
         async move {
@@ -174,10 +185,17 @@ impl Node {
                 return Ok(());
             };
             let mut connection = handle.connection;
+            let mut asks = shared.standing.asks();
+            asks.clock = true;
+            if !matches!(connection, Connection::One(_)) {
+                asks.mark = None;
+            }
+            let mut pipeline = redis::Pipeline::with_capacity(asks.len());
+            pipeline.ignore_errors();
+            asks.add_to(&mut pipeline, || redis::cmd("TIME"));
             let sent = std::time::Instant::now();
-            let cmd = redis::cmd("TIME");
-            let time = cmd.query_async::<Value>(&mut connection);
-            let reply = match tokio::time::timeout(shared.connect_timeout, time).await {
+            let read = pipeline.query_async::<Value>(&mut connection);
+            let reply = match tokio::time::timeout(shared.connect_timeout, read).await {
                 Ok(Ok(reply)) => reply,
                 Ok(Err(err)) => {
                     let kind = NodeErrorKind::Redis(Arc::new(err));
@@ -189,24 +207,35 @@ impl Node {
                 }
             };
             let received = std::time::Instant::now();
-            if let Some(reading) = Reading::from_reply(&reply, sent, received) {
-                let standing = &shared.standing;
-                // A step is acted on inside (held back, noted, told).
-                let _ = standing.standings.see_clock(standing.index, &reading);
-            }
+            let Value::Array(mut replies) = reply else {
+                return Err(unexpected(shared.name.clone(), &reply));
+            };
+            let (time, mark) = asks.take(&mut replies);
+            let witnessed = Witnessed {
+                reading: time.and_then(|time| Reading::from_reply(&time, sent, received)),
+                mark,
+            };
+            // What it shows is acted on inside (held back, noted, told).
+            let _ = shared.standing.judge(&witnessed);
             Ok(())
         }
     }
 
     /// Records `incarnation` in the node's record of incarnations that
-    /// counted (see `standing/`), each command bounded by the connect
-    /// timeout.
+    /// counted, and `mark` in its record of data marks (see `standing/`),
+    /// each command bounded by the connect timeout.
     pub(crate) fn record_incarnation(
         &self,
         keys: RecordKeys,
         incarnation: Arc<str>,
+        mark: Option<Arc<str>>,
     ) -> impl Future<Output = Result<(), NodeError>> + Send + 'static {
-        let calls = keys.adds(&[&*incarnation]).map(|cmd| {
+        let mut cmds: Vec<redis::Cmd> = match incarnation.is_empty() {
+            true => Vec::new(),
+            false => keys.adds(&[&*incarnation]).into(),
+        };
+        cmds.extend(keys.add_marks(mark.as_slice()));
+        let calls = cmds.into_iter().map(|cmd| {
             let call = Call::Command { cmd, script: None };
             self.call(Purpose::Read, call, Reply::Any, false)
         });

@@ -7,8 +7,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::answer::NodeErrorKind;
-use crate::batch::Judged;
-use crate::clock::Reading;
+use crate::batch::{Asks, Judged, Witnessed};
 use crate::connection::Link;
 use crate::standing::Standings;
 use crate::tasks;
@@ -72,10 +71,24 @@ pub(super) struct Probe {
 }
 
 impl StandingRef {
-    /// What a reading of the node's clock says of the grants before it (see
-    /// `Standings::see_clock`).
-    pub(super) fn judge(&self, reading: &Reading) -> Judged {
-        (self.standings.see_clock(self.index, reading)).map_err(Arc::new)
+    /// What a witness of the node says of the grants before it (see
+    /// `Standings::see_witness`).
+    pub(super) fn judge(&self, witnessed: &Witnessed) -> Judged {
+        (self.standings.see_witness(self.index, witnessed)).map_err(Arc::new)
+    }
+
+    /// What a vote's witness reads now: the node's data mark where this
+    /// client reads it, its clock where clocks are watched.
+    pub(super) fn asks(&self) -> Asks {
+        Asks {
+            mark: self.standings.mark_key(self.index),
+            clock: self.standings.clock_on(),
+        }
+    }
+
+    /// Whether a vote's witness reads anything.
+    pub(super) fn witnesses(&self) -> bool {
+        self.standings.clock_on() || self.standings.is_marked(self.index)
     }
 }
 

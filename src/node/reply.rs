@@ -1,13 +1,13 @@
 //! How a node's reply reads: as an [`Answer`] by the kind of call
-//! ([`Reply`]), with the node's clock as the call read it ([`Exchanged`]).
+//! ([`Reply`]), with the node's witness (its data mark and clock) as the
+//! call read it ([`Exchanged`]).
 
 use std::sync::Arc;
 
 use redis::{RedisError, Value};
 
 use crate::answer::{Answer, NodeError, NodeErrorKind};
-use crate::batch::{Judged, Landed};
-use crate::clock::Reading;
+use crate::batch::{Judged, Landed, Witnessed};
 
 /// How a node's reply to a [`Call`] reads as an [`Answer`].
 #[derive(Debug, Clone, Copy)]
@@ -107,18 +107,28 @@ pub(super) struct Exchanged {
     pub(super) reply: Value,
     /// The legacy command (`SET NX` before Redis 7.0) gave it.
     pub(super) legacy: bool,
-    /// The node's clock, read after the call (a timed call).
-    pub(super) clock: Clock,
+    /// The node's witness, read after the call (a witnessed call).
+    pub(super) witness: Witness,
 }
 
-/// The node's clock, as a call read it.
-pub(super) enum Clock {
-    /// Not read (an untimed call, or a node that did not tell its time).
+/// The node's witness (its data mark and clock), as a call read it.
+pub(super) enum Witness {
+    /// Not read (a call that grants nothing new, or nothing to read).
     Unread,
     /// Read after the call, not judged yet.
-    Read(Reading),
+    Read(Witnessed),
     /// Read after the call's batch, and judged (see `batch.rs`).
     Judged(Judged),
+}
+
+impl Witness {
+    /// `witnessed`, to judge, where it read anything.
+    pub(super) fn read(witnessed: Witnessed) -> Witness {
+        match witnessed.any() {
+            true => Witness::Read(witnessed),
+            false => Witness::Unread,
+        }
+    }
 }
 
 impl Exchanged {
@@ -126,7 +136,7 @@ impl Exchanged {
         Exchanged {
             reply,
             legacy,
-            clock: Clock::Unread,
+            witness: Witness::Unread,
         }
     }
 
@@ -134,7 +144,7 @@ impl Exchanged {
         Exchanged {
             reply: landed.reply,
             legacy: false,
-            clock: landed.clock.map_or(Clock::Unread, Clock::Judged),
+            witness: landed.judged.map_or(Witness::Unread, Witness::Judged),
         }
     }
 }

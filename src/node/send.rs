@@ -1,15 +1,15 @@
-//! A call's commands on their way to the node: alone, pipelined with a
-//! reading of the node's clock, or batched with its other timed votes
-//! (`batch.rs`); a reader's round without a script; a fenced grant's
-//! seeding and a refused writer's give-back.
+//! A call's commands on their way to the node: alone, pipelined with the
+//! node's witness (its data mark and clock), or batched with its other
+//! witnessed votes (`batch.rs`); a reader's round without a script; a
+//! fenced grant's seeding and a refused writer's give-back.
 
 use std::sync::Arc;
 
 use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
-use super::reply::{Clock, Exchanged};
+use super::reply::{Exchanged, Witness};
 use super::wire::evalsha;
-use crate::batch::{Batches, Commands, Expiry, Landed};
+use crate::batch::{Asks, Batches, Commands, Expiry, Landed, Witnessed};
 use crate::clock::Reading;
 use crate::connection::Connection;
 use crate::read_round::{self, Outcome};
@@ -45,7 +45,7 @@ pub(super) async fn read_unscripted(
     let commands = read_round::commands(read.keys, read.token, ends_ms, read.ttl_ms);
     let landed = match &*connection {
         Connection::One(one) if batches.busy() => batches.send(commands, None, one).await,
-        _ => read_alone(connection, commands).await,
+        _ => read_alone(connection, commands, batches).await,
     };
     let landed = match landed {
         Ok(landed) => landed,
@@ -60,15 +60,11 @@ pub(super) async fn read_unscripted(
     if outcome != Some(Outcome::Granted) {
         run(connection, &read_round::undo(read.keys, read.token), None).await?;
     }
-    let clock = match (landed.clock, landed.reading) {
-        (Some(judged), _) => Clock::Judged(judged),
-        (None, Some(reading)) => Clock::Read(reading),
-        (None, None) => Clock::Unread,
-    };
+    let witness = landed.judged.map_or(Witness::Unread, Witness::Judged);
     let answer = |granted: bool| Exchanged {
         reply: Value::Int(i64::from(granted)),
         legacy: false,
-        clock,
+        witness,
     };
     match outcome {
         Some(Outcome::Granted) => Ok(Some(answer(true))),
@@ -81,19 +77,22 @@ pub(super) async fn read_unscripted(
     }
 }
 
-/// [`read_unscripted`]'s `commands` in a request of their own, with `TIME`
-/// pipelined after them: their replies, with the reading (not judged yet).
+/// [`read_unscripted`]'s `commands` in a request of their own, with the
+/// witness that `batches` asks for pipelined after them: their replies,
+/// with the witness judged and its reading.
 pub(super) async fn read_alone(
     connection: &mut Connection,
     commands: Commands,
+    batches: &Batches,
 ) -> Result<Landed, RedisError> {
+    let asks = asks_on(batches, connection);
     let Commands(first, then) = commands;
-    let mut pipeline = redis::Pipeline::with_capacity(2 + then.len());
+    let mut pipeline = redis::Pipeline::with_capacity(1 + then.len() + asks.len());
     pipeline.ignore_errors().add_command(first);
     for then in then {
         pipeline.add_command(then);
     }
-    pipeline.cmd("TIME");
+    asks.add_to(&mut pipeline, || redis::cmd("TIME"));
     let sent = std::time::Instant::now();
     let reply: Value = pipeline.query_async(connection).await?;
     let received = std::time::Instant::now();
@@ -103,17 +102,31 @@ pub(super) async fn read_alone(
             "a pipeline's replies missing",
         )));
     };
-    let time = items.pop();
+    let (time, mark) = asks.take(&mut items);
     if let Some(Value::ServerError(err)) =
         (items.iter()).find(|item| matches!(item, Value::ServerError(_)))
     {
         return Err(RedisError::from(err.clone()));
     }
+    let witnessed = Witnessed {
+        reading: time.and_then(|time| Reading::from_reply(&time, sent, received)),
+        mark,
+    };
     Ok(Landed {
         reply: Value::Array(items),
-        clock: None,
-        reading: time.and_then(|time| Reading::from_reply(&time, sent, received)),
+        judged: witnessed.any().then(|| batches.judge(&witnessed)),
+        reading: witnessed.reading,
     })
+}
+
+/// What a vote's witness reads on `connection` now: as `batches` asks, but
+/// not the data mark on a cluster (its keys live on several primaries).
+pub(super) fn asks_on(batches: &Batches, connection: &Connection) -> Asks {
+    let mut asks = batches.asks();
+    if !matches!(connection, Connection::One(_)) {
+        asks.mark = None;
+    }
+    asks
 }
 
 /// Runs `cmd`; when it runs `script` (by `EVALSHA`) and the node does not
@@ -144,7 +157,7 @@ pub(super) async fn send_set_nx(
     with_get: bool,
 ) -> Result<Exchanged, RedisError> {
     let (set, counter) = acquire_commands(call, with_get);
-    match (call.timed, &*connection) {
+    match (call.witnessed, &*connection) {
         (Some(batches), Connection::One(one)) if batches.busy() => {
             let commands = Commands(set, counter.into_iter().collect());
             // `SET NX GET` answers nil when it set the key.
@@ -156,14 +169,15 @@ pub(super) async fn send_set_nx(
                 batches.send(commands, expiry, one).await?,
             ))
         }
-        (timed, _) => {
-            let reading = timed.map(|_| clock_reading(call.key, with_get));
-            let request = acquire_request(set, counter, reading);
+        (witnessed, _) => {
+            let asks = witnessed.map_or_else(Asks::default, |batches| asks_on(batches, connection));
+            let request =
+                acquire_request(set, counter, &asks, || clock_reading(call.key, with_get));
             let sent = std::time::Instant::now();
             let reply = request.query(connection).await?;
-            match timed {
-                Some(_) => timed_reply(reply, call, sent, std::time::Instant::now()),
-                None => Ok(Exchanged::plain(reply, false)),
+            match asks.any() {
+                true => witnessed_reply(reply, call, &asks, sent, std::time::Instant::now()),
+                false => Ok(Exchanged::plain(reply, false)),
             }
         }
     }
@@ -200,21 +214,28 @@ pub(super) fn acquire_commands(call: &AcquireCall<'_>, with_get: bool) -> (Cmd, 
     (set, counter.or(exists))
 }
 
-/// What [`send_set_nx`] sends where it does not batch: `set`, with `counter`
-/// and the clock `reading` pipelined after it where there are.
-pub(super) fn acquire_request(set: Cmd, counter: Option<Cmd>, reading: Option<Cmd>) -> Sent {
-    if counter.is_none() && reading.is_none() {
+/// What [`send_set_nx`] sends where it does not batch: `set`, with
+/// `counter` and the witness `asks` (its clock reading by `clock`)
+/// pipelined after it where there are.
+pub(super) fn acquire_request(
+    set: Cmd,
+    counter: Option<Cmd>,
+    asks: &Asks,
+    clock: impl FnOnce() -> Cmd,
+) -> Sent {
+    if counter.is_none() && !asks.any() {
         return Sent::One(set);
     }
-    let mut pipeline = redis::Pipeline::with_capacity(3);
+    let mut pipeline = redis::Pipeline::with_capacity(2 + asks.len());
     pipeline.add_command(set);
     if let Some(counter) = counter {
         pipeline.add_command(counter);
     }
-    if let Some(reading) = reading {
-        // Errors come back as replies, read by [`timed_reply`] (a refused
-        // `SET` keeps its own kind).
-        pipeline.ignore_errors().add_command(reading);
+    if asks.any() {
+        // Errors come back as replies, read by [`witnessed_reply`] (a
+        // refused `SET` keeps its own kind).
+        pipeline.ignore_errors();
+        asks.add_to(&mut pipeline, clock);
     }
     Sent::Pipelined(pipeline)
 }
@@ -233,22 +254,27 @@ pub(super) fn clock_reading(key: &[u8], with_get: bool) -> Cmd {
     }
 }
 
-/// A timed acquisition's reply (see [`acquire_request`]): the `SET`'s (with
-/// the counter's), and the node's clock at the grant. A refused `SET` (a
-/// replica's `READONLY`, `SET NX GET` before 7.0) is the call's error, as
-/// the node said it; a refused reading only leaves the clock unread, and a
-/// refusal needs none.
-pub(super) fn timed_reply(
+/// A witnessed acquisition's reply (see [`acquire_request`]): the `SET`'s
+/// (with the counter's), and the witness `asks` read after the grant: the
+/// node's mark and its clock at the grant. A refused `SET` (a replica's
+/// `READONLY`, `SET NX GET` before 7.0) is the call's error, as the node
+/// said it; a refused reading only leaves it unread, and a refusal needs
+/// none.
+pub(super) fn witnessed_reply(
     reply: Value,
     call: &AcquireCall<'_>,
+    asks: &Asks,
     sent: std::time::Instant,
     received: std::time::Instant,
 ) -> Result<Exchanged, RedisError> {
-    let unexpected = || RedisError::from((ErrorKind::Parse, "a pipelined clock reading missing"));
+    let unexpected = || RedisError::from((ErrorKind::Parse, "a pipelined witness missing"));
     let Value::Array(mut items) = reply else {
         return Err(unexpected());
     };
-    let time = items.pop().ok_or_else(unexpected)?;
+    if items.len() < 1 + asks.len() {
+        return Err(unexpected());
+    }
+    let (time, mark) = asks.take(&mut items);
     if let Some(Value::ServerError(err)) =
         (items.iter()).find(|item| matches!(item, Value::ServerError(_)))
     {
@@ -265,11 +291,13 @@ pub(super) fn timed_reply(
         }
         _ => return Err(unexpected()),
     };
-    let clock = Reading::after_grant(&time, set_it.then_some(call.ttl_ms), sent, received);
+    let reading = time.and_then(|time| {
+        Reading::after_grant(&time, set_it.then_some(call.ttl_ms), sent, received)
+    });
     Ok(Exchanged {
         reply,
         legacy: false,
-        clock: clock.map_or(Clock::Unread, Clock::Read),
+        witness: Witness::read(Witnessed { reading, mark }),
     })
 }
 
@@ -283,17 +311,17 @@ pub(super) struct AcquireCall<'a> {
     pub(super) counter_key: Option<&'a [u8]>,
     /// A writer's first round: the keys whose existence refuses it.
     pub(super) check: Option<&'a RwKeys>,
-    /// With the node's clock read after it (see `clock.rs`): batched with
-    /// the node's other timed votes while it is busy, except on a cluster;
-    /// else in its own request.
-    pub(super) timed: Option<&'a Arc<Batches>>,
+    /// With the node's witness read after it (see `batch.rs`): batched
+    /// with the node's other witnessed votes while it is busy, except on a
+    /// cluster; else in its own request.
+    pub(super) witnessed: Option<&'a Arc<Batches>>,
 }
 
-/// [`run`], with the node's clock read after `cmd` (in a batch while the
-/// node is busy, see `batch.rs`; else, and on a cluster, in its own
-/// request): the reply, with the reading. A server's error in reply to
+/// [`run`], with the node's witness read after `cmd` (in a batch while
+/// the node is busy, see `batch.rs`; else, and on a cluster, in its own
+/// request): the reply, with the witness. A server's error in reply to
 /// `cmd` is the error.
-pub(super) async fn run_timed(
+pub(super) async fn run_witnessed(
     connection: &mut Connection,
     cmd: &Cmd,
     script: Option<&Script>,
@@ -307,7 +335,7 @@ pub(super) async fn run_timed(
                     .send(Commands(cmd.clone(), Vec::new()), None, one)
                     .await
             }
-            _ => return run_timed_alone(connection, cmd, script).await,
+            _ => return run_witnessed_alone(connection, cmd, script, batches).await,
         };
         match (landed, script) {
             (Err(err), Some(script))
@@ -321,28 +349,29 @@ pub(super) async fn run_timed(
     }
 }
 
-/// [`run_timed`] in a request of its own: `TIME` pipelined after `cmd`.
-pub(super) async fn run_timed_alone(
+/// [`run_witnessed`] in a request of its own: the witness pipelined after
+/// `cmd`.
+pub(super) async fn run_witnessed_alone(
     connection: &mut Connection,
     cmd: &Cmd,
     script: Option<&Script>,
+    batches: &Batches,
 ) -> Result<Exchanged, RedisError> {
-    let mut pipeline = redis::Pipeline::with_capacity(2);
-    pipeline
-        .ignore_errors()
-        .add_command(cmd.clone())
-        .cmd("TIME");
+    let asks = asks_on(batches, connection);
+    let mut pipeline = redis::Pipeline::with_capacity(1 + asks.len());
+    pipeline.ignore_errors().add_command(cmd.clone());
+    asks.add_to(&mut pipeline, || redis::cmd("TIME"));
     let mut loaded = false;
     loop {
         let sent = std::time::Instant::now();
         let reply: Value = pipeline.query_async(connection).await?;
         let received = std::time::Instant::now();
-        let (reply, time) = match reply {
-            Value::Array(mut items) if items.len() == 2 => {
-                let time = items.pop();
-                (items.pop(), time)
+        let (reply, time, mark) = match reply {
+            Value::Array(mut items) if items.len() == 1 + asks.len() => {
+                let (time, mark) = asks.take(&mut items);
+                (items.pop(), time, mark)
             }
-            _ => (None, None),
+            _ => (None, None, None),
         };
         match (reply, script) {
             (Some(Value::ServerError(err)), Some(script))
@@ -353,17 +382,17 @@ pub(super) async fn run_timed_alone(
             }
             (Some(Value::ServerError(err)), _) => return Err(RedisError::from(err)),
             (Some(reply), _) => {
-                let clock = time.and_then(|time| Reading::from_reply(&time, sent, received));
+                let reading = time.and_then(|time| Reading::from_reply(&time, sent, received));
                 return Ok(Exchanged {
                     reply,
                     legacy: false,
-                    clock: clock.map_or(Clock::Unread, Clock::Read),
+                    witness: Witness::read(Witnessed { reading, mark }),
                 });
             }
             (None, _) => {
                 return Err(RedisError::from((
                     ErrorKind::Parse,
-                    "a pipelined TIME without its reply",
+                    "a pipelined witness without its reply",
                 )));
             }
         }

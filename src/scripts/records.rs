@@ -43,3 +43,34 @@ if redis.call("pttl", KEYS[1]) < hold then
     redis.call("pexpire", KEYS[1], hold)
 end
 return 1"#;
+
+/// Puts a node's data mark in place (see `standing/`): where `KEYS[1]`
+/// holds `ARGV[1]` (or nothing, for an empty `ARGV[1]`), sets it to
+/// `ARGV[2]` (no TTL) and returns `{1, ARGV[2]}`; else `{0, value}` with
+/// what it holds (nil where nothing). Sent with `EVAL` (marks change rarely).
+pub(crate) const MARK_CODE: &str = r#"local value = redis.call("get", KEYS[1])
+if (not value and ARGV[1] == "") or value == ARGV[1] then
+    redis.call("set", KEYS[1], ARGV[2])
+    return {1, ARGV[2]}
+end
+return {0, value}"#;
+
+/// Merges a client's settings into the node set's record (see
+/// `standing/`), the hash `KEYS[1]`: `ARGV[1]` its clock tolerance in µs
+/// (0: none: nothing recorded), `ARGV[2]` its grace in ms. Keeps the
+/// smallest and the largest tolerance and the longest grace, and returns
+/// them, `{min, max, grace}` (0 where none). Sent with `EVAL` in each check.
+pub(crate) const SETTINGS_CODE: &str = r#"local function merged(field, value, wins)
+    local old = tonumber(redis.call("hget", KEYS[1], field) or "")
+    if value > 0 and (old == nil or wins(value, old)) then
+        redis.call("hset", KEYS[1], field, string.format("%d", value))
+        return value
+    end
+    return old or 0
+end
+local tolerance, grace = tonumber(ARGV[1]), tonumber(ARGV[2])
+return {
+    merged("tolerance-min-us", tolerance, function(a, b) return a < b end),
+    merged("tolerance-max-us", tolerance, function(a, b) return a > b end),
+    merged("grace-max-ms", grace, function(a, b) return a > b end),
+}"#;

@@ -4,9 +4,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::identity::{Identity, misconfiguration, read_identity};
+use super::evidence::Asked;
+use super::identity::{CheckAsk, Identity, misconfiguration, read_identity};
 use super::judge::{Facts, Judgment, Recovery, Since, came_back, judge, may_have_lost_keys};
 use super::record::{record_incarnation, run_id_of};
+use super::settings::micros;
 use super::table::Standings;
 use crate::answer::NodeErrorKind;
 use crate::changes::Change;
@@ -29,7 +31,6 @@ impl Standings {
         let identity = self.read(index, &connection).await?;
         self.primary_or_failing_over(index, &identity)?;
         let read_at = Instant::now();
-        let name = &self.names[index];
         let known = self.record_read(index, &identity);
         let incarnation = identity.incarnation().unwrap_or_default();
         let run_id = identity.run_id.clone().unwrap_or_default();
@@ -40,6 +41,9 @@ impl Standings {
         let judgment = self
             .judgment(&identity, known.as_deref(), recovery.as_ref(), started)
             .await;
+        let judgment = (self.judge_by_mark(index, &mut connection, &identity, judgment, started))
+            .await
+            .inspect_err(|failure| self.record_failure(index, failure.clone()))?;
         let clock_hold = match &judgment {
             Judgment::Recovering { .. } => {
                 self.restart_clock(index, &identity);
@@ -47,17 +51,18 @@ impl Standings {
             }
             _ => self.clock_at_check(index, &identity, started).await,
         };
+        let mark = self.detail(index).mark.as_ref().map(|mark| mark.id.clone());
         let Judgment::Recovering {
             why,
             previous,
             since,
+            lost,
         } = judgment
         else {
-            if !incarnation.is_empty() && !identity.record.contains(&incarnation) {
-                record_incarnation(&mut connection, &self.record_keys, &incarnation, name).await?;
-            }
+            self.record_own(index, &mut connection, &identity, mark.as_deref())
+                .await?;
             match clock_hold {
-                None => self.counts(index, incarnation),
+                None => self.counts(index, incarnation, mark),
                 Some(hold) => self.hold_clock(index, hold),
             }
             return Ok(identity.major_version);
@@ -70,19 +75,38 @@ impl Standings {
                 .map(|known| run_id_of(known).to_owned())
                 .or(previous),
             why,
-            came_back: match since {
-                Since::Start => identity.uptime.map_or(read_at, |up| came_back(read_at, up)),
-                Since::Seen => read_at,
-                Since::Kept(at) => at,
-            },
+            came_back: came_back_since(&since, &identity, read_at),
             // A hold kept on a new connection stays what it was.
             clock: match since {
                 Since::Kept(_) => recovery.and_then(|recovery| recovery.clock),
                 _ => None,
             },
+            lost,
+            mark,
         };
         self.recovering(index, connection, recovery);
         Ok(identity.major_version)
+    }
+
+    /// Records, on node `index`'s own connection, its incarnation and data
+    /// mark where its own record lacks them (a node judged to count is in
+    /// its own record before its connection is handed out).
+    async fn record_own(
+        &self,
+        index: usize,
+        connection: &mut Connection,
+        identity: &Identity,
+        mark: Option<&str>,
+    ) -> Result<(), NodeErrorKind> {
+        let incarnation = identity.incarnation().unwrap_or_default();
+        let incarnation = match identity.record.contains(&incarnation) {
+            true => "",
+            false => incarnation.as_str(),
+        };
+        let records = &identity.evidence.mark_record;
+        let mark = mark.filter(|mark| !records.iter().any(|recorded| recorded == mark));
+        let name = &self.names[index];
+        record_incarnation(connection, &self.record_keys, incarnation, mark, name).await
     }
 
     /// The judgment of a check that read `identity` (see [`judge`]), with
@@ -140,20 +164,38 @@ impl Standings {
     ) -> Result<Identity, NodeErrorKind> {
         // What this client knows to count goes onto every node it checks.
         let counting = self.counting_incarnations();
-        let identity = read_identity(connection, &self.record_keys, &counting, self.scripts)
-            .await
-            .map_err(|err| {
-                let failure = NodeErrorKind::Redis(Arc::new(err));
-                self.record_failure(index, failure.clone());
-                failure
-            })?;
+        let counting_marks = self.counting_marks();
+        // What this client records of the node set's settings (see
+        // `settings.rs`): its clock tolerance (none with clocks not
+        // watched) and grace.
+        let tolerance_us = match self.clock_on() {
+            true => micros(self.policy.clock_tolerance),
+            false => 0,
+        };
+        let grace_ms = u64::try_from(self.own_grace().as_millis()).unwrap_or(u64::MAX);
+        let asked = CheckAsk {
+            data: Asked {
+                keys: &self.record_keys,
+                mark: !self.policy.grace.is_zero(),
+                tolerance_us,
+                grace_ms,
+            },
+            counting: &counting,
+            counting_marks: &counting_marks,
+            scripts: self.scripts,
+        };
+        let identity = read_identity(connection, &asked).await.map_err(|err| {
+            let failure = NodeErrorKind::Redis(Arc::new(err));
+            self.record_failure(index, failure.clone());
+            failure
+        })?;
         for refusal in &identity.refused {
             tracing::warn!(
                 node = %self.names[index],
                 %refusal,
                 "node check: the node refused a check command; it counts, without what that \
                  command checks (INFO, ROLE: duplicates, replicas, restarts, failovers; \
-                 TIME: clock steps)"
+                 TIME: clock steps; the data mark: losses of data; INFO memory: eviction)"
             );
         }
         Ok(identity)
@@ -170,11 +212,12 @@ impl Standings {
             known
         };
         self.heard(index);
+        self.settings.merge(identity.evidence.settings);
         let reason = {
             let identities: Vec<Option<Identity>> = (0..self.slots.len())
                 .map(|i| self.detail(i).identity.clone())
                 .collect();
-            misconfiguration(&self.names, &identities)
+            misconfiguration(&self.names, &identities, self.policy.allow_eviction)
         };
         if let Some(reason) = reason
             && self.misconfigured.set(reason.clone()).is_ok()
@@ -182,5 +225,15 @@ impl Standings {
             tracing::error!(%reason, "misconfigured lock nodes: locking is refused");
         }
         known
+    }
+}
+
+/// When a recovering node came back, by the judgment's `since`, for a
+/// check that read `identity` at `read_at`.
+fn came_back_since(since: &Since, identity: &Identity, read_at: Instant) -> Instant {
+    match since {
+        Since::Start => identity.uptime.map_or(read_at, |up| came_back(read_at, up)),
+        Since::Seen => read_at,
+        Since::Kept(at) | Since::At(at) => *at,
     }
 }

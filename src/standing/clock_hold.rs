@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::identity::Identity;
 use super::judge::Recovery;
+use super::record::Counted;
 use super::record::Errand;
 use super::recovery::{Whom, record_on};
 use super::table::{Standings, State};
@@ -81,7 +82,11 @@ pub(super) async fn end_clock_hold(
         }
         _ => return,
     };
-    record_on(weak, index, generation, recovery.incarnation, Whom::All).await;
+    let counted = Counted {
+        incarnation: recovery.incarnation,
+        mark: recovery.mark,
+    };
+    record_on(weak, index, generation, counted, Whom::All).await;
 }
 
 /// How often the background reading reads a node's clock, at most (a node
@@ -121,6 +126,22 @@ impl Standings {
         !self.policy.clock_tolerance.is_zero()
     }
 
+    /// The clock tolerance that shortens this client's validities: the
+    /// largest in use on the nodes (see `settings.rs`).
+    pub(crate) fn validity_tolerance(&self) -> Duration {
+        let own = match self.clock_on() {
+            true => self.policy.clock_tolerance,
+            false => Duration::ZERO,
+        };
+        self.settings.validity(own)
+    }
+
+    /// The clock tolerance steps are judged by, µs: the smallest in use on
+    /// the nodes (see `settings.rs`).
+    pub(super) fn tolerance_us(&self) -> i64 {
+        self.settings.judge_us(self.policy.clock_tolerance)
+    }
+
     /// The most node `index`'s wall clock can read now (µs since the Unix
     /// epoch) by its latest reading kept, if it did not step since; `None`
     /// without a reading in the window or with clocks not watched. An
@@ -131,11 +152,6 @@ impl Standings {
         }
         let latest = tasks::lock(&self.slots.get(index)?.clock).latest()?;
         Some(latest.node_clock_at_most(self.epoch, Instant::now()))
-    }
-
-    /// The clock tolerance in µs.
-    pub(super) fn tolerance_us(&self) -> i64 {
-        i64::try_from(self.policy.clock_tolerance.as_micros()).unwrap_or(i64::MAX)
     }
 
     /// What `lead` shows against node `index`'s history (see `clock.rs`).
@@ -201,14 +217,7 @@ impl Standings {
     /// and this client's wall clock by more than the tolerance. Its history
     /// starts from `lead` either way.
     pub(super) fn first_look(&self, index: usize, lead: Lead) -> Option<ClockHold> {
-        let window = self.clock_grace();
-        let others: Vec<i64> = (0..self.slots.len())
-            .filter(|&other| other != index)
-            .filter_map(|other| self.latest_lead(other))
-            .filter(|other| lead.at.saturating_duration_since(other.at) <= window)
-            .map(|other| other.mid())
-            .collect();
-        let ahead_us = clock::ahead_of_others(&lead, &others, self.epoch.own_lead());
+        let ahead_us = self.ahead_of_others(index, lead);
         tasks::lock(&self.slots[index].clock).restart(lead);
         // Not noted on the nodes: a first look compares with this client's
         // own wall clock too, and a client whose clock is wrong must not
@@ -217,6 +226,29 @@ impl Standings {
             seen_here: false,
             ..ClockHold::seen(ahead_us, FIRST_LOOK)
         })
+    }
+
+    /// How far node `index`'s `lead` is ahead (negative: behind) of the
+    /// lower median of the other nodes' latest leads in the window and
+    /// this client's wall clock, µs (see `clock.rs`, a first look).
+    pub(super) fn ahead_of_others(&self, index: usize, lead: Lead) -> i64 {
+        let window = self.clock_grace();
+        let others: Vec<i64> = (0..self.slots.len())
+            .filter(|&other| other != index)
+            .filter_map(|other| self.latest_lead(other))
+            .filter(|other| lead.at.saturating_duration_since(other.at) <= window)
+            .map(|other| other.mid())
+            .collect();
+        clock::ahead_of_others(&lead, &others, self.epoch.own_lead())
+    }
+
+    /// How far node `index`'s clock, read as `lead`, is behind the others'
+    /// and this client's (see [`ahead_of_others`](Self::ahead_of_others)),
+    /// µs; 0 where it is not. A grace that starts now, written on the node
+    /// by its own clock, starts this much later: a clock behind that is
+    /// set right later would otherwise cut the grace short by as much.
+    pub(super) fn behind_others_us(&self, index: usize, lead: Lead) -> i64 {
+        self.ahead_of_others(index, lead).saturating_neg().max(0)
     }
 
     /// Node `index`'s latest lead: its history's, or its last check's.
@@ -318,6 +350,8 @@ impl Standings {
             why: hold.why,
             came_back: hold.came_back,
             clock: Some(hold.ahead),
+            lost: false,
+            mark: self.detail(index).mark.as_ref().map(|mark| mark.id.clone()),
         };
         let ends = self.ends(&recovery);
         self.changes.changed(index, Change::Clock(hold.ahead));

@@ -56,6 +56,7 @@ impl Standings {
                       unrecorded node may be the one that lost its data",
                 previous: Some(run_id_of(gone).to_owned()),
                 since: Since::Start,
+                lost: false,
             },
         }
     }

@@ -1,14 +1,15 @@
 //! What a check reads of a server ([`Identity`]: its `run_id`, replication
-//! ids, role, persistence, record and clock, in one round trip), a Redis
-//! Cluster's primaries read as one server, and the misconfigurations the
-//! identities show.
+//! ids, role, persistence, record and clock, with what it reads of the
+//! data, in one round trip), a Redis Cluster's primaries read as one
+//! server, and the misconfigurations the identities show.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::{RedisError, RedisResult, Value};
 
-use super::record::RecordKeys;
+use super::answers::{config_value, info_field, read_record, refusal};
+use super::evidence::{self, Asked, Evidence};
 use crate::clock::Reading;
 use crate::connection::Connection;
 
@@ -49,6 +50,8 @@ pub(crate) struct Identity {
     /// held back. A deadline, so that a note read long ago is not taken as
     /// running still.
     pub(crate) clock_notes: Vec<(String, Instant)>,
+    /// What it read of the data (see `evidence.rs`).
+    pub(crate) evidence: Evidence,
 }
 
 impl Identity {
@@ -64,24 +67,40 @@ impl Identity {
     }
 }
 
+/// What a check asks a server, besides its identity.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct CheckAsk<'a> {
+    /// The data part (see `evidence.rs`).
+    pub(super) data: Asked<'a>,
+    /// The incarnations and the mark ids this client knows to count, to
+    /// record on the node.
+    pub(super) counting: &'a [String],
+    pub(super) counting_marks: &'a [String],
+    /// The scripts to load.
+    pub(super) scripts: &'static [&'static str],
+}
+
 /// The check's round trip (see [`check_pipeline`]), read. A command the
 /// node refuses leaves that part unknown (a refused `INFO` or `ROLE` is
 /// listed in [`Identity::refused`]; a refused `SCRIPT LOAD` only costs the
 /// `NOSCRIPT` fallback later); only a failure to get any answer is an
-/// error.
+/// error. A cluster's mark is not read: its keys live on several primaries.
 pub(super) async fn read_identity(
     connection: &Connection,
-    record_keys: &RecordKeys,
-    counting: &[String],
-    scripts: &'static [&'static str],
+    asked: &CheckAsk<'_>,
 ) -> Result<Identity, RedisError> {
-    let reads = connection
-        .servers()
-        .into_iter()
-        .map(|(address, mut server)| async move {
-            let identity = read_server(&mut server, record_keys, counting, scripts).await?;
-            Ok::<_, RedisError>((address, identity))
-        });
+    let servers = connection.servers();
+    let asked = CheckAsk {
+        data: Asked {
+            mark: asked.data.mark && matches!(connection, Connection::One(_)),
+            ..asked.data
+        },
+        ..*asked
+    };
+    let reads = servers.into_iter().map(|(address, mut server)| async move {
+        let identity = read_server(&mut server, &asked).await?;
+        Ok::<_, RedisError>((address, identity))
+    });
     let mut identities = futures::future::try_join_all(reads).await?;
     match identities.as_slice() {
         [(None, _)] => Ok(identities
@@ -113,11 +132,9 @@ pub(super) fn read_time(
 /// One server's identity, read with the check's round trip.
 pub(super) async fn read_server(
     connection: &mut redis::aio::MultiplexedConnection,
-    record_keys: &RecordKeys,
-    counting: &[String],
-    scripts: &'static [&'static str],
+    asked: &CheckAsk<'_>,
 ) -> Result<Identity, RedisError> {
-    let pipe = check_pipeline(record_keys, counting, scripts);
+    let pipe = check_pipeline(asked);
     let sent = Instant::now();
     let mut answers = pipe
         .query_async::<Vec<RedisResult<Value>>>(connection)
@@ -156,6 +173,7 @@ pub(super) async fn read_server(
         appendonly.as_deref() == Some("yes") && appendfsync.as_deref() == Some("always");
     identity.record = read_record(answers.next());
     identity.record.extend(read_record(answers.next()));
+    identity.evidence = evidence::read(&mut answers, &asked.data, &mut identity.refused);
     identity.clock = read_time(answers.next(), &mut identity.refused, sent, received);
     if let (Some(Ok(notes)), Some(clock)) = (answers.next(), identity.clock) {
         identity.clock_notes = read_clock_notes(notes, clock.node_us / 1000)
@@ -175,15 +193,12 @@ pub(super) async fn read_server(
 }
 
 /// The check's round trip: `INFO server`, `INFO replication`, `INFO
-/// cluster`, `ROLE`,
-/// `CONFIG GET` of the persistence settings, `SMEMBERS` of both records,
-/// then the records of the incarnations this client knows to count
-/// (`counting`), and the `SCRIPT LOAD` of `scripts`.
-pub(super) fn check_pipeline(
-    record_keys: &RecordKeys,
-    counting: &[String],
-    scripts: &'static [&'static str],
-) -> redis::Pipeline {
+/// cluster`, `ROLE`, `CONFIG GET` of the persistence settings, `SMEMBERS`
+/// of both records of incarnations, the data part (`evidence.rs`), `TIME`,
+/// the notes of clock steps, then the records of the incarnations and
+/// marks this client knows to count, and the `SCRIPT LOAD` of its scripts.
+pub(super) fn check_pipeline(asked: &CheckAsk<'_>) -> redis::Pipeline {
+    let keys = asked.data.keys;
     let mut pipe = redis::pipe();
     pipe.ignore_errors()
         .cmd("INFO")
@@ -200,18 +215,20 @@ pub(super) fn check_pipeline(
         .arg("GET")
         .arg("appendfsync")
         .cmd("SMEMBERS")
-        .arg(&*record_keys.incarnations)
+        .arg(&*keys.incarnations)
         .cmd("SMEMBERS")
-        .arg(&*record_keys.run_ids)
-        .cmd("TIME")
-        .cmd("HGETALL")
-        .arg(&*record_keys.clock_steps);
-    if !counting.is_empty() {
-        for add in record_keys.adds(counting) {
+        .arg(&*keys.run_ids);
+    evidence::ask(&mut pipe, &asked.data);
+    pipe.cmd("TIME").cmd("HGETALL").arg(&*keys.clock_steps);
+    if !asked.counting.is_empty() {
+        for add in keys.adds(asked.counting) {
             pipe.add_command(add).ignore();
         }
     }
-    for code in scripts {
+    if let Some(add) = keys.add_marks(asked.counting_marks) {
+        pipe.add_command(add).ignore();
+    }
+    for code in asked.scripts {
         pipe.cmd("SCRIPT").arg("LOAD").arg(*code);
     }
     pipe
@@ -243,31 +260,6 @@ pub(super) fn read_clock_notes(reply: Value, now_ms: i64) -> Vec<(String, i64)> 
         .collect()
 }
 
-/// The entries in the reply to `SMEMBERS` of a record (none if it failed).
-pub(super) fn read_record(answer: Option<RedisResult<Value>>) -> Vec<String> {
-    match answer {
-        Some(Ok(Value::Array(items) | Value::Set(items))) => items
-            .iter()
-            .filter_map(|item| match item {
-                Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
-                _ => None,
-            })
-            .collect(),
-        Some(Err(err)) => {
-            tracing::debug!(error = %err, "the record could not be read: taken as empty");
-            Vec::new()
-        }
-        _ => Vec::new(),
-    }
-}
-
-/// The value of `name` (`"run_id:"`) in an `INFO` reply's text.
-pub(super) fn info_field(info: &str, name: &str) -> Option<String> {
-    info.lines()
-        .find_map(|line| line.strip_prefix(name))
-        .map(|value| value.trim().to_owned())
-}
-
 /// Reads the replication ids from the reply to `INFO replication`: a
 /// `master_replid2` of zeros means no replication history was taken over.
 pub(super) fn read_replication(identity: &mut Identity, info: Value) {
@@ -287,24 +279,6 @@ pub(super) fn read_info(identity: &mut Identity, info: Value) {
         .map(Duration::from_secs);
     identity.major_version =
         field("redis_version:").and_then(|version| version.split('.').next()?.parse().ok());
-}
-
-/// The value of a one-parameter `CONFIG GET` (RESP2 array or RESP3 map).
-pub(super) fn config_value(answer: Option<RedisResult<Value>>) -> Option<String> {
-    let text = |value: &Value| match value {
-        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
-        Value::SimpleString(text) => Some(text.clone()),
-        _ => None,
-    };
-    match answer? {
-        Ok(Value::Array(items)) => items.get(1).and_then(text),
-        Ok(Value::Map(pairs)) => pairs.first().and_then(|(_, value)| text(value)),
-        Ok(_) => None,
-        Err(err) => {
-            tracing::debug!(error = %err, "CONFIG GET refused: the node is taken as not durable");
-            None
-        }
-    }
 }
 
 /// The identity of a Redis Cluster node, from each primary's (with its
@@ -351,6 +325,7 @@ pub(super) fn combine(mut servers: Vec<(Option<String>, Identity)>) -> Identity 
         record,
         // Its primaries are read as one clock (see `clock.rs`).
         clock: identities().find_map(|identity| identity.clock),
+        evidence: evidence::combine(identities().map(|identity| &identity.evidence)),
         clock_notes: identities()
             .flat_map(|identity| identity.clock_notes.clone())
             .collect(),
@@ -368,19 +343,12 @@ pub(super) fn combine(mut servers: Vec<(Option<String>, Identity)>) -> Identity 
     }
 }
 
-/// Notes a check command the node refused, with its reply.
-pub(super) fn refusal(refused: &mut Vec<String>, command: &str, err: &RedisError) {
-    let reply = match (err.code(), err.detail()) {
-        (Some(code), Some(detail)) => format!("{code} {detail}"),
-        _ => err.to_string(),
-    };
-    refused.push(format!("{command}: {reply}"));
-}
-
-/// The first misconfiguration among the nodes' last checks, in words.
+/// The first misconfiguration among the nodes' last checks, in words; a
+/// node that may evict keys is one unless `allow_eviction`.
 pub(super) fn misconfiguration(
     names: &[Arc<str>],
     identities: &[Option<Identity>],
+    allow_eviction: bool,
 ) -> Option<String> {
     let known: Vec<(usize, &Identity)> = identities
         .iter()
@@ -398,6 +366,20 @@ pub(super) fn misconfiguration(
         if let Some(role) = identity.role.as_deref().filter(|role| *role != "master") {
             return Some(format!(
                 "node {} is a {role} (ROLE), not an independent master",
+                names[index]
+            ));
+        }
+        if let Some(evicts) = identity
+            .evidence
+            .memory
+            .evicts()
+            .filter(|_| !allow_eviction)
+        {
+            return Some(format!(
+                "node {} may evict lock keys ({evicts}), and a held lock whose key is \
+                 evicted is granted again: set maxmemory-policy noeviction, or give the \
+                 locks a server without maxmemory (RedlockBuilder::allow_eviction takes \
+                 such nodes, at that risk)",
                 names[index]
             ));
         }

@@ -15,6 +15,8 @@ pub(crate) struct RestartPolicy {
     pub(crate) grace: Duration,
     pub(crate) trust_durable: bool,
     pub(crate) strict: bool,
+    /// Nodes that may evict keys are taken (see `evidence.rs`).
+    pub(crate) allow_eviction: bool,
     pub(crate) drift_factor: f64,
     /// The clock tolerance (see `clock.rs`); zero: clocks are not watched.
     pub(crate) clock_tolerance: Duration,
@@ -35,6 +37,10 @@ pub(super) struct Recovery {
     /// Held back for a clock step (see `clock.rs`) that put it ahead by
     /// about this much, rather than for a change of server.
     pub(super) clock: Option<Duration>,
+    /// Its data went (see `mark.rs`), rather than its server changed.
+    pub(super) lost: bool,
+    /// Its data mark's id, recorded with the incarnation once it counts.
+    pub(super) mark: Option<String>,
 }
 
 /// How long a node that reported `uptime_in_seconds` surely has been up.
@@ -55,6 +61,11 @@ pub(super) fn came_back(read_at: Instant, uptime: Duration) -> Instant {
         .unwrap_or(read_at)
 }
 
+/// Rule 7's reason: a hold that strict mode asks of this client, not one
+/// that anything the check read asks (so not written in the node's data
+/// mark for other clients: see `mark.rs`).
+pub(super) const STRICT_YOUNG: &str = "younger than the grace at first contact (strict mode)";
+
 /// A check's verdict.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Judgment {
@@ -65,6 +76,8 @@ pub(super) enum Judgment {
         previous: Option<String>,
         /// From when its grace runs.
         since: Since,
+        /// Its data went (see `mark.rs`), rather than its server changed.
+        lost: bool,
     },
     /// Rule 8: what the other nodes' records say decides
     /// ([`Standings::ask_records`]).
@@ -82,6 +95,8 @@ pub(super) enum Since {
     Seen,
     /// The recovery under way (the same incarnation, on a new connection).
     Kept(Instant),
+    /// This moment: what the node's data mark says (see `mark.rs`).
+    At(Instant),
 }
 
 /// What the judgment of one check reads.
@@ -115,6 +130,7 @@ pub(super) fn judge(facts: &Facts<'_>) -> Judgment {
                 why: recovery.why,
                 previous: recovery.previous_run_id.clone(),
                 since: Since::Kept(recovery.came_back),
+                lost: recovery.lost,
             },
             _ => Judgment::Counts,
         };
@@ -137,6 +153,7 @@ pub(super) fn judge(facts: &Facts<'_>) -> Judgment {
                   as counting yet",
             previous: None,
             since: Since::Seen,
+            lost: false,
         };
     }
     if surely_up_for(uptime) >= facts.grace {
@@ -144,9 +161,10 @@ pub(super) fn judge(facts: &Facts<'_>) -> Judgment {
     }
     if facts.policy.strict {
         return Judgment::Recovering {
-            why: "younger than the grace at first contact (strict mode)",
+            why: STRICT_YOUNG,
             previous: None,
             since: Since::Start,
+            lost: false,
         };
     }
     Judgment::AskRecords
@@ -159,12 +177,14 @@ pub(super) fn changed(promoted: bool) -> Judgment {
             why: "a replica took over as primary while this client knew the node (a failover)",
             previous: None,
             since: Since::Seen,
+            lost: false,
         }
     } else {
         Judgment::Recovering {
             why: "its run_id changed while this client knew it",
             previous: None,
             since: Since::Start,
+            lost: false,
         }
     }
 }
@@ -236,6 +256,7 @@ mod tests {
             grace: GRACE,
             trust_durable: true,
             strict: false,
+            allow_eviction: false,
             drift_factor: 0.01,
             clock_tolerance: Duration::from_millis(100),
         }
@@ -476,6 +497,8 @@ mod tests {
             why: "a failover",
             came_back: at,
             clock: None,
+            lost: false,
+            mark: None,
         };
         let identity = promoted(3_600);
         let facts = Facts {
@@ -491,6 +514,7 @@ mod tests {
                 why: "a failover",
                 previous: Some("q".into()),
                 since: Since::Kept(at),
+                lost: false,
             }
         );
     }

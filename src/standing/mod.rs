@@ -236,13 +236,19 @@
 //! first check of every node before a client's first lock; `check.rs`,
 //! the check of each connection.
 
+mod answers;
 mod check;
 mod clock_hold;
+mod evidence;
 mod first_contact;
 mod identity;
 mod judge;
+mod mark;
+mod mark_check;
+mod mark_watch;
 mod record;
 mod recovery;
+mod settings;
 mod table;
 
 pub(crate) use judge::RestartPolicy;

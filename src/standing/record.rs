@@ -1,5 +1,6 @@
-//! The nodes' records (which incarnations counted, and the notes of clock
-//! steps): their keys, the commands that add to them, and the errands the
+//! The nodes' records (which incarnations and data marks counted, the
+//! notes of clock steps, the settings of the node set) and each node's data
+//! mark: their keys, the commands that add to them, and the errands the
 //! standings send the nodes through the engine.
 
 use std::fmt;
@@ -25,6 +26,16 @@ pub(super) const INCARNATIONS_TAIL: &str = ":v2";
 /// What follows [`RECORD_SUFFIX`] in the key of the notes of clock steps.
 pub(super) const CLOCK_STEPS_TAIL: &str = ":clock-steps";
 
+/// What follows [`RECORD_SUFFIX`] in the key of the node's data mark.
+pub(super) const MARK_TAIL: &str = ":mark";
+
+/// What follows [`RECORD_SUFFIX`] in the key of the record of data marks
+/// that counted.
+pub(super) const MARKS_TAIL: &str = ":marks";
+
+/// What follows [`RECORD_SUFFIX`] in the key of the node set's settings.
+pub(super) const SETTINGS_TAIL: &str = ":settings";
+
 /// The keys of each node's record (see the module docs).
 #[derive(Debug, Clone)]
 pub(crate) struct RecordKeys {
@@ -35,6 +46,12 @@ pub(crate) struct RecordKeys {
     /// The notes of clock steps (see `clock.rs`): a hash of `run_id`s, each
     /// with the time on this node until which that node is held back.
     pub(crate) clock_steps: Arc<[u8]>,
+    /// The node's data mark (see `mark.rs`).
+    pub(crate) mark: Arc<[u8]>,
+    /// The ids of the data marks, of any node of the set, that counted.
+    pub(crate) marks: Arc<[u8]>,
+    /// The settings the clients of the node set recorded (see `evidence.rs`).
+    pub(crate) settings: Arc<[u8]>,
 }
 
 impl RecordKeys {
@@ -53,13 +70,32 @@ impl RecordKeys {
         }
         let mut incarnations = run_ids.clone();
         incarnations.extend_from_slice(INCARNATIONS_TAIL.as_bytes());
-        let mut clock_steps = run_ids.clone();
-        clock_steps.extend_from_slice(CLOCK_STEPS_TAIL.as_bytes());
+        let tailed = |tail: &str| -> Arc<[u8]> {
+            let mut key = run_ids.clone();
+            key.extend_from_slice(tail.as_bytes());
+            key.into()
+        };
         RecordKeys {
             incarnations: incarnations.into(),
+            clock_steps: tailed(CLOCK_STEPS_TAIL),
+            mark: tailed(MARK_TAIL),
+            marks: tailed(MARKS_TAIL),
+            settings: tailed(SETTINGS_TAIL),
             run_ids: run_ids.into(),
-            clock_steps: clock_steps.into(),
         }
+    }
+
+    /// The command that records the data marks `ids` on a node, if any.
+    pub(crate) fn add_marks(&self, ids: &[impl AsRef<str>]) -> Option<redis::Cmd> {
+        if ids.is_empty() {
+            return None;
+        }
+        let mut add = redis::cmd("SADD");
+        add.arg(&*self.marks);
+        for id in ids {
+            add.arg(id.as_ref());
+        }
+        Some(add)
     }
 
     /// The commands that record `incarnations` on a node: each in the
@@ -77,18 +113,32 @@ impl RecordKeys {
     }
 }
 
+/// What is recorded of a node that counts: its incarnation (empty where
+/// `INFO` is refused) and its data mark's id, where it has one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Counted {
+    pub(super) incarnation: String,
+    pub(super) mark: Option<String>,
+}
+
 /// What the standings ask of one node, through the nodes (which they do
 /// not know).
 #[derive(Debug, Clone)]
 pub(crate) enum Errand {
-    /// Record an incarnation (`SADD` to its record).
-    Record(Arc<str>),
+    /// Record an incarnation (`SADD` to its record), and the node's data
+    /// mark where it has one.
+    Record {
+        incarnation: Arc<str>,
+        mark: Option<Arc<str>>,
+    },
     /// Note that the node with this `run_id` is held back for `hold_ms`
     /// for a clock step (see `clock.rs`).
     NoteClockStep { run_id: Arc<str>, hold_ms: u64 },
-    /// Read its clock (`TIME`) into its history, if it is connected: the
+    /// Read its clock (`TIME`) and its data mark, if it is connected: the
     /// background reading.
     ReadClock,
+    /// Connect again, which checks the node again: its data mark changed.
+    Recheck,
 }
 
 /// Runs an [`Errand`] on node `j`, bounded by the connect timeout.
@@ -106,18 +156,27 @@ impl fmt::Debug for Recorder {
     }
 }
 
-/// Records `incarnation` (see [`RecordKeys::adds`]) on a node's own
-/// connection. A node that refuses it (an ACL) is left without it, with a
-/// warning: it still counts.
+/// Records `incarnation` (see [`RecordKeys::adds`]) and the data mark
+/// `mark` on a node's own connection. A node that refuses it (an ACL) is
+/// left without it, with a warning: it still counts.
 pub(super) async fn record_incarnation(
     connection: &mut Connection,
     keys: &RecordKeys,
     incarnation: &str,
+    mark: Option<&str>,
     name: &str,
 ) -> Result<(), NodeErrorKind> {
     let mut pipe = redis::pipe();
-    for add in keys.adds(&[incarnation]) {
+    if !incarnation.is_empty() {
+        for add in keys.adds(&[incarnation]) {
+            pipe.add_command(add);
+        }
+    }
+    if let Some(add) = keys.add_marks(mark.as_slice()) {
         pipe.add_command(add);
+    }
+    if pipe.is_empty() {
+        return Ok(());
     }
     match pipe.query_async::<Value>(connection).await {
         Ok(_) => Ok(()),

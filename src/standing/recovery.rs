@@ -5,7 +5,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use super::judge::Recovery;
-use super::record::{Errand, record_incarnation};
+use super::record::{Counted, Errand, record_incarnation};
 use super::table::{Standings, State};
 use crate::answer::NodeErrorKind;
 use crate::connection::Connection;
@@ -48,6 +48,7 @@ pub(super) async fn end_recovery(
                 &mut connection,
                 &standings.record_keys,
                 &recovery.incarnation,
+                recovery.mark.as_deref(),
                 &name,
             ),
         )
@@ -56,7 +57,11 @@ pub(super) async fn end_recovery(
             Ok(Ok(())) => {
                 let generation = standings.settle(index, None, Some(generation), State::Recording);
                 drop(standings);
-                record_everywhere(weak, index, generation, recovery.incarnation).await;
+                let counted = Counted {
+                    incarnation: recovery.incarnation,
+                    mark: recovery.mark,
+                };
+                record_everywhere(weak, index, generation, counted).await;
                 return;
             }
             Ok(Err(NodeErrorKind::Redis(err))) if crate::connection::is_broken(&err) => return,
@@ -67,17 +72,17 @@ pub(super) async fn end_recovery(
     }
 }
 
-/// Records node `index`'s `run_id` on every other node (each bounded by the
-/// connect timeout; a node that cannot be reached learns it from the next
-/// check of a client that knows it), then lets its votes count, unless a
-/// newer check replaced check `generation`.
+/// Records node `index`'s incarnation and mark on every other node (each
+/// bounded by the connect timeout; a node that cannot be reached learns it
+/// from the next check of a client that knows it), then lets its votes
+/// count, unless a newer check replaced check `generation`.
 pub(super) async fn record_everywhere(
     standings: Weak<Standings>,
     index: usize,
     generation: u64,
-    run_id: String,
+    counted: Counted,
 ) {
-    record_on(standings, index, generation, run_id, Whom::Others).await;
+    record_on(standings, index, generation, counted, Whom::Others).await;
 }
 
 /// Which nodes [`record_on`] records on.
@@ -89,13 +94,13 @@ pub(super) enum Whom {
     All,
 }
 
-/// Records node `index`'s `run_id` on the nodes `whom` names (see
-/// [`record_everywhere`]), then lets its votes count.
+/// Records node `index`'s incarnation and mark on the nodes `whom` names
+/// (see [`record_everywhere`]), then lets its votes count.
 pub(super) async fn record_on(
     standings: Weak<Standings>,
     index: usize,
     generation: u64,
-    run_id: String,
+    counted: Counted,
     whom: Whom,
 ) {
     let Some((recorder, nodes)) = standings
@@ -104,12 +109,19 @@ pub(super) async fn record_on(
     else {
         return;
     };
-    let run_id: Arc<str> = run_id.into();
+    let incarnation: Arc<str> = counted.incarnation.into();
+    let mark: Option<Arc<str>> = counted.mark.map(Into::into);
     let outcomes = match recorder {
         Some(recorder) => {
             let records = (0..nodes)
                 .filter(|&other| whom == Whom::All || other != index)
-                .map(|other| (recorder.0)(other, Errand::Record(run_id.clone())));
+                .map(|other| {
+                    let errand = Errand::Record {
+                        incarnation: incarnation.clone(),
+                        mark: mark.clone(),
+                    };
+                    (recorder.0)(other, errand)
+                });
             futures::future::join_all(records).await
         }
         None => Vec::new(),
@@ -133,19 +145,20 @@ impl Standings {
         .await;
     }
 
-    /// Node `index` (`incarnation`, in its own record) counts once it is
-    /// in every other node's record too: a task records it there.
-    pub(super) fn counts(&self, index: usize, incarnation: String) {
+    /// Node `index` (`incarnation` and `mark`, in its own record) counts
+    /// once it is in every other node's record too: a task records it there.
+    pub(super) fn counts(&self, index: usize, incarnation: String, mark: Option<String>) {
         let generation = self.settle(index, None, None, State::Recording);
-        // Recorded already, or nothing to record (INFO refused).
-        let recorded =
-            incarnation.is_empty() || self.detail(index).recorded.as_deref() == Some(&incarnation);
+        let counted = Counted { incarnation, mark };
+        // Recorded already, or nothing to record (INFO and the mark refused).
+        let recorded = (counted.incarnation.is_empty() && counted.mark.is_none())
+            || self.detail(index).recorded.as_ref() == Some(&counted);
         if recorded
             || !tasks::spawn(record_everywhere(
                 self.me.clone(),
                 index,
                 generation,
-                incarnation,
+                counted,
             ))
         {
             self.settle(index, None, Some(generation), State::Counts);
@@ -165,8 +178,8 @@ impl Standings {
             previous_run_id = recovery.previous_run_id.as_deref().unwrap_or("unknown"),
             why = recovery.why,
             grace_left_ms = u64::try_from(grace_left.as_millis()).unwrap_or(u64::MAX),
-            "node recovering from a restart or failover: its grants do not count until the grace \
-             has passed"
+            "node recovering from a restart, a failover or a loss of data: its grants do not count \
+             until the grace has passed"
         );
         tasks::spawn(end_recovery(
             self.me.clone(),

@@ -9,7 +9,9 @@ use tokio::sync::Notify;
 
 use super::identity::Identity;
 use super::judge::{Recovery, RestartPolicy};
-use super::record::{RecordKeys, Recorder};
+use super::mark::Mark;
+use super::record::{Counted, RecordKeys, Recorder};
+use super::settings::SetSettings;
 use crate::answer::{NodeError, NodeErrorKind, NotCounted};
 use crate::changes::ServerChanges;
 use crate::clock::{Epoch, History};
@@ -27,6 +29,12 @@ pub(super) struct Slot {
     pub(super) detail: Mutex<Detail>,
     /// The node's recent clock readings (see `clock.rs`).
     pub(super) clock: Mutex<History>,
+    /// The value of its data mark that its grants must read after them
+    /// (see `mark.rs`); `None`: no mark is read (a cluster, a node that
+    /// refuses it, the restart protection off).
+    pub(super) mark: Mutex<Option<Arc<[u8]>>>,
+    /// Whether `mark` holds a value: the grants read the mark.
+    pub(super) marked: AtomicBool,
 }
 
 /// Where a node stands: read by every round, as one atomic load.
@@ -78,10 +86,12 @@ pub(super) struct Detail {
     pub(super) recovery: Option<Recovery>,
     /// Bumped by each check, so that a stale recovery task stands down.
     pub(super) generation: u64,
-    /// The incarnation this client recorded on the other nodes.
-    pub(super) recorded: Option<String>,
+    /// The incarnation and mark this client recorded on the other nodes.
+    pub(super) recorded: Option<Counted>,
     /// A recovery ended and its node is being recorded: logged once it counts.
     pub(super) left_recovery: Option<String>,
+    /// The data mark this client last took for the node's (see `mark.rs`).
+    pub(super) mark: Option<Mark>,
 }
 
 /// Why [`Standings::ensure`] did not let a lock call go on.
@@ -125,6 +135,8 @@ pub(crate) struct Standings {
     pub(super) epoch: Epoch,
     /// The background reading of the nodes' clocks was started.
     pub(super) watching: AtomicBool,
+    /// The settings of the node set, as read (see `settings.rs`).
+    pub(super) settings: SetSettings,
     pub(super) me: Weak<Standings>,
 }
 
@@ -147,6 +159,8 @@ impl Standings {
                     skipped: AtomicBool::new(false),
                     detail: Mutex::new(Detail::default()),
                     clock: Mutex::new(History::default()),
+                    mark: Mutex::new(None),
+                    marked: AtomicBool::new(false),
                 })
                 .collect(),
             names,
@@ -166,6 +180,7 @@ impl Standings {
             follows_failovers,
             epoch: Epoch::now(),
             watching: AtomicBool::new(false),
+            settings: SetSettings::new(),
             me: me.clone(),
         })
     }
@@ -207,9 +222,15 @@ impl Standings {
     /// restart, and with the restart protection off, the longest TTL used
     /// with its drift allowance.
     pub(super) fn clock_grace(&self) -> Duration {
-        let longest = Duration::from_millis(self.longest_ttl_ms.load(Ordering::Relaxed));
-        let grace = self.policy.grace.max(longest);
+        let grace = self.own_grace().max(self.settings.grace());
         grace.saturating_add(quorum::drift(grace, self.policy.drift_factor))
+    }
+
+    /// This client's own grace, before the drift allowance: the restart
+    /// grace, at least its longest TTL (what it records on the nodes).
+    pub(super) fn own_grace(&self) -> Duration {
+        let longest = Duration::from_millis(self.longest_ttl_ms.load(Ordering::Relaxed));
+        self.policy.grace.max(longest)
     }
 
     /// When `recovery` ends: its grace after it came back.
@@ -256,18 +277,25 @@ impl Standings {
             State::Counts => None,
             State::Recovering => detail.recovery.as_ref().map(|recovery| {
                 let ends = self.ends(recovery);
+                let counts_in = ends.saturating_duration_since(Instant::now());
                 if let Some(ahead) = recovery.clock {
                     return NotCounted::ClockStepped {
                         ahead,
                         why: recovery.why.to_owned(),
-                        counts_in: ends.saturating_duration_since(Instant::now()),
+                        counts_in,
+                    };
+                }
+                if recovery.lost {
+                    return NotCounted::DataLost {
+                        why: recovery.why.to_owned(),
+                        counts_in,
                     };
                 }
                 NotCounted::Recovering {
                     run_id: recovery.run_id.clone(),
                     previous_run_id: recovery.previous_run_id.clone(),
                     why: recovery.why.to_owned(),
-                    counts_in: ends.saturating_duration_since(Instant::now()),
+                    counts_in,
                 }
             }),
             State::Recording => Some(NotCounted::Unchecked {
@@ -323,6 +351,15 @@ impl Standings {
         (0..self.slots.len())
             .filter(|&i| self.slots[i].state() == State::Counts)
             .filter_map(|i| self.detail(i).identity.as_ref()?.incarnation())
+            .collect()
+    }
+
+    /// The ids of the data marks of the nodes whose votes count for this
+    /// client.
+    pub(super) fn counting_marks(&self) -> Vec<String> {
+        (0..self.slots.len())
+            .filter(|&i| self.slots[i].state() == State::Counts)
+            .filter_map(|i| Some(self.detail(i).mark.as_ref()?.id.clone()))
             .collect()
     }
 
@@ -396,7 +433,12 @@ impl Standings {
             }
             detail.recovery = recovery;
             if state == State::Counts {
-                detail.recorded = detail.identity.as_ref().and_then(Identity::incarnation);
+                detail.recorded = Some(Counted {
+                    incarnation: (detail.identity.as_ref())
+                        .and_then(Identity::incarnation)
+                        .unwrap_or_default(),
+                    mark: detail.mark.as_ref().map(|mark| mark.id.clone()),
+                });
             }
             self.slots[index].set_state(state);
             let left = if state == State::Counts {

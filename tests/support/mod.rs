@@ -21,6 +21,8 @@ pub mod cluster;
 
 pub mod clock;
 
+pub mod data_faults;
+
 mod logs;
 #[allow(unused_imports)]
 pub use logs::capture_logs;

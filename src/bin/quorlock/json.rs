@@ -3,6 +3,7 @@
 //! ```text
 //! {"resource": "deploy", "state": "held" | "free" | "unknown",
 //!  "holder": "q1a2b3c4" | null, "quorum": 2,
+//!  "refused": "misconfigured lock nodes: ..." | null,
 //!  "nodes": [{"node": "127.0.0.1:7001", "state": "held" | "free" | "failed",
 //!             "token_prefix": "q1a2b3c4", "ttl_ms": 9421,   (held)
 //!             "error": "...",                               (failed)
@@ -53,6 +54,7 @@ fn lock(status: &LockStatus, state: Verdict) -> Value {
         "state": state.name(),
         "holder": status.holder,
         "quorum": status.quorum,
+        "refused": status.refused,
         "nodes": status.nodes.iter().map(node).collect::<Vec<_>>(),
     })
 }

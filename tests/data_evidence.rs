@@ -1,0 +1,325 @@
+//! A node judged by its data, not only by what its server says of itself.
+//! Each test is one way the two part ways in production: a durable node
+//! back empty, a resync on open connections, an uptime inflated by a clock
+//! step, clients with different clock tolerances, `FLUSHALL`, eviction and
+//! an ACL user without `INFO`. Each runs the hazard's sequence: holder A on
+//! a bare quorum (nodes 0 and 1 of 3: node 2 held by another client's
+//! short key when A locks), the fault on node 1, then client B (a fresh
+//! one, and one that knew the nodes) tries the lock while A is valid.
+//! "Two holders" means a grant to B while A's validity has not ended.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use quorlock::{Error, LockGuard, LostReason, Redlock, RedlockBuilder};
+use support::clock::{Clock, ClockServer};
+use support::data_faults::{url_as, user_without_info};
+use support::{RedisServer, lock_once, urls};
+
+const RESOURCE: &str = "data:resource";
+const TTL: Duration = Duration::from_secs(10);
+
+fn builder(urls: Vec<String>) -> RedlockBuilder {
+    Redlock::builder(urls).node_timeout(Duration::from_millis(200))
+}
+
+fn client(nodes: &[RedisServer]) -> Redlock {
+    builder(urls(nodes)).build().unwrap()
+}
+
+/// Holder A takes the lock on nodes 0 and 1: node 2 is held by another
+/// client's key for 300 ms, which is gone (expired) when this returns.
+async fn holder_on_nodes_0_and_1(nodes: &[RedisServer], a_client: &Redlock) -> LockGuard {
+    let key = a_client.key(RESOURCE).unwrap();
+    nodes[2].set_px(&key, "another-client", 300);
+    let a = a_client.try_lock(RESOURCE, TTL).await.unwrap();
+    assert!(nodes[0].get(&key).is_some() && nodes[1].get(&key).is_some());
+    let expired = Instant::now() + Duration::from_secs(5);
+    while nodes[2].get(&key).is_some() {
+        assert!(Instant::now() < expired, "node 2's short key never expired");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    a
+}
+
+/// B's tries, every 100 ms for `over`: each must be refused while A is
+/// valid. Returns the last error.
+async fn refused_while_a_is_valid(b: &Redlock, a: &LockGuard, over: Duration, who: &str) -> Error {
+    let until = Instant::now() + over;
+    let mut last = None;
+    while Instant::now() < until && Instant::now() < a.valid_until() {
+        match b.try_lock(RESOURCE, TTL).await {
+            Ok(guard) => {
+                let a_left = a.valid_until().saturating_duration_since(Instant::now());
+                let _ = guard.unlock().await;
+                panic!("{who}: two holders: B got the lock with A valid for {a_left:?} more");
+            }
+            Err(err) => last = Some(err),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let err = last.expect("B tried while A was valid");
+    println!("{who}: refused: {err}");
+    err
+}
+
+/// Waits for `lost` (A's `lost()`), which must tell that node 1's data or
+/// server changed before A's validity ends.
+async fn told(a: &LockGuard, lost: impl std::future::Future<Output = Error>) {
+    let lost = tokio::time::timeout(Duration::from_secs(5), lost)
+        .await
+        .expect("A is told within 5 s, not at its expiry");
+    println!("A told: {lost}");
+    assert!(
+        matches!(
+            lost.lost_reason(),
+            Some(LostReason::DataLost { .. } | LostReason::ServerChanged { .. })
+        ),
+        "{lost}"
+    );
+    assert!(Instant::now() < a.valid_until());
+}
+
+/// 1. A node configured durable (`appendonly yes`, `appendfsync always`)
+/// comes back with an empty data directory: its configuration says it
+/// kept every key, its data says it kept none. No second holder, for a
+/// client that knew the node and for a fresh one, and A is told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_node_back_empty_gives_no_second_holder() {
+    let aof = ["--appendonly", "yes", "--appendfsync", "always"];
+    let mut nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_with(&aof)).collect();
+    let knew = client(&nodes);
+    lock_once(&knew, RESOURCE, TTL).await;
+    let a_client = client(&nodes);
+    let a = holder_on_nodes_0_and_1(&nodes, &a_client).await;
+    let lost = a.lost();
+    nodes[1].restart_empty();
+    assert!(nodes[1].get(a.key()).is_none(), "node 1 came back empty");
+    refused_while_a_is_valid(&knew, &a, Duration::from_secs(2), "a client that knew it").await;
+    refused_while_a_is_valid(
+        &client(&nodes),
+        &a,
+        Duration::from_secs(1),
+        "a fresh client",
+    )
+    .await;
+    told(&a, lost).await;
+}
+
+/// The control: with durable nodes trusted off, the same sequence gives no
+/// second holder already (the restart alone holds the node back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_node_back_empty_with_durable_nodes_not_trusted() {
+    let aof = ["--appendonly", "yes", "--appendfsync", "always"];
+    let mut nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_with(&aof)).collect();
+    let untrusting = |urls: Vec<String>| builder(urls).trust_durable_nodes(false).build().unwrap();
+    let a_client = untrusting(urls(&nodes));
+    let a = holder_on_nodes_0_and_1(&nodes, &a_client).await;
+    nodes[1].restart_empty();
+    let fresh = untrusting(urls(&nodes));
+    refused_while_a_is_valid(&fresh, &a, Duration::from_secs(1), "a fresh client").await;
+}
+
+/// 2. Node 1 resyncs from an empty server (`REPLICAOF`, which replaces its
+/// data) and is made a primary again (`REPLICAOF NO ONE`), all on the
+/// connections its clients keep open: its `run_id` stays, no check runs.
+/// The client that knew it is refused, and A is told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resync_on_open_connections_gives_no_second_holder() {
+    let nodes = support::servers(3);
+    let empty = RedisServer::start();
+    let knew = client(&nodes);
+    lock_once(&knew, RESOURCE, TTL).await;
+    let a_client = client(&nodes);
+    let a = holder_on_nodes_0_and_1(&nodes, &a_client).await;
+    let lost = a.lost();
+    let run_id = nodes[1].info_field("server", "run_id");
+    nodes[1].resync_from(&empty);
+    assert_eq!(nodes[1].info_field("server", "run_id"), run_id);
+    assert!(
+        nodes[1].get(a.key()).is_none(),
+        "node 1's data was replaced"
+    );
+    refused_while_a_is_valid(&knew, &a, Duration::from_secs(2), "a client that knew it").await;
+    told(&a, lost).await;
+}
+
+/// 3. Node 1 restarts empty with its clock 20 s behind, is seen so by the
+/// clients that knew it, then its clock is set right (a server started
+/// before NTP's first step): its uptime now reads 20 s more than it ran,
+/// longer than the grace. A fresh client, and the one that knew it, are
+/// refused while A is valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uptime_inflated_by_a_clock_step_gives_no_second_holder() {
+    let grace = Duration::from_secs(10);
+    let (mut nodes, clocks): (Vec<RedisServer>, Vec<Clock>) =
+        (0..3).map(|_| ClockServer::start().into_parts()).unzip();
+    let make = |nodes: &[RedisServer]| builder(urls(nodes)).restart_grace(grace).build().unwrap();
+    let knew = make(&nodes);
+    lock_once(&knew, RESOURCE, TTL).await;
+    let a_client = make(&nodes);
+    let a = holder_on_nodes_0_and_1(&nodes, &a_client).await;
+    clocks[1].write_offset(-20_000);
+    nodes[1].restart_empty();
+    clocks[1].set_offset(-20_000);
+    // The clients that knew node 1 see it back before its clock is set right.
+    let seen = Instant::now() + Duration::from_secs(5);
+    while a_client
+        .status(RESOURCE)
+        .await
+        .unwrap()
+        .nodes
+        .get(1)
+        .is_none_or(|node| node.not_counted.is_none())
+    {
+        assert!(Instant::now() < seen, "A's client never saw node 1 back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    clocks[1].set_offset(0);
+    let up: u64 = nodes[1]
+        .info_field("server", "uptime_in_seconds")
+        .and_then(|up| up.parse().ok())
+        .unwrap();
+    assert!(up >= grace.as_secs(), "uptime reads {up} s");
+    refused_while_a_is_valid(&make(&nodes), &a, Duration::from_secs(1), "a fresh client").await;
+    refused_while_a_is_valid(&knew, &a, Duration::from_secs(1), "a client that knew it").await;
+}
+
+/// 4. Clients with different clock tolerances: A keeps the default
+/// (100 ms); B1, which met the nodes before A, and B2, after, use 1 s (as
+/// for distant nodes). Node 0's clock steps 800 ms forward under A's
+/// bare quorum, which expires A's key there 800 ms early: more than A's
+/// validity was shortened by its own tolerance, less than B's. Neither B
+/// gets the lock while A is valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_with_different_clock_tolerances_give_no_second_holder() {
+    let ttl = Duration::from_secs(2);
+    let (nodes, clocks): (Vec<RedisServer>, Vec<Clock>) =
+        (0..3).map(|_| ClockServer::start().into_parts()).unzip();
+    let tolerant = |nodes: &[RedisServer]| {
+        builder(urls(nodes))
+            .clock_tolerance(Duration::from_secs(1))
+            .build()
+            .unwrap()
+    };
+    let b1 = tolerant(&nodes);
+    lock_once(&b1, RESOURCE, ttl).await;
+    let a_client = client(&nodes);
+    let key = a_client.key(RESOURCE).unwrap();
+    nodes[2].set_px(&key, "another-client", 300);
+    let a = a_client.try_lock(RESOURCE, ttl).await.unwrap();
+    let b2 = tolerant(&nodes);
+    lock_once(&b2, "data:other", ttl).await;
+    let clock = clocks[0].clone();
+    tokio::task::spawn_blocking(move || clock.set_offset(800))
+        .await
+        .unwrap();
+    let mut tries = 0;
+    while Instant::now() < a.valid_until() {
+        for (who, b) in [("B1", &b1), ("B2", &b2)] {
+            if let Ok(guard) = b.try_lock(RESOURCE, ttl).await {
+                let a_left = a.valid_until().saturating_duration_since(Instant::now());
+                assert!(
+                    a_left.is_zero(),
+                    "two holders: {who} got the lock with A valid for {a_left:?} more \
+                     (node 0's key there: {:?})",
+                    nodes[0].get(&key)
+                );
+                let _ = guard.unlock().await;
+            }
+            tries += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(tries > 10, "only {tries} tries");
+}
+
+/// 5a. `FLUSHALL` on node 1: every key gone, its server the same. No
+/// second holder, for a client that knew the node and for a fresh one, and
+/// A is told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushall_gives_no_second_holder() {
+    let nodes = support::servers(3);
+    let knew = client(&nodes);
+    lock_once(&knew, RESOURCE, TTL).await;
+    let a_client = client(&nodes);
+    let a = holder_on_nodes_0_and_1(&nodes, &a_client).await;
+    let lost = a.lost();
+    nodes[1].flushall();
+    refused_while_a_is_valid(&knew, &a, Duration::from_secs(2), "a client that knew it").await;
+    refused_while_a_is_valid(
+        &client(&nodes),
+        &a,
+        Duration::from_secs(1),
+        "a fresh client",
+    )
+    .await;
+    told(&a, lost).await;
+}
+
+/// 5b. A node whose memory policy evicts keys (`maxmemory` with
+/// `allkeys-lru`, or `volatile-lru`, ElastiCache's default, which evicts
+/// keys with a TTL: lock keys first) is refused by default, with an error
+/// that names the setting; `allow_eviction(true)` takes it, and the
+/// eviction of a held lock's key then gives a second holder (shown with
+/// `volatile-lru`, which never evicts the data mark, a key without a TTL;
+/// `allkeys-lru` may evict the mark too, which is then seen).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_evicts_is_refused_unless_allowed() {
+    for policy in ["allkeys-lru", "volatile-lru"] {
+        let mut nodes = support::servers(3);
+        let probe = RedisServer::start();
+        let limit = (probe.used_memory() + 2 * 1024 * 1024).to_string();
+        drop(probe);
+        nodes[1] = RedisServer::start_with(&["--maxmemory", &limit, "--maxmemory-policy", policy]);
+        let err = client(&nodes)
+            .try_lock(RESOURCE, TTL)
+            .await
+            .expect_err("a node that evicts lock keys is refused");
+        println!("{policy}: refused: {err}");
+        assert!(matches!(err, Error::Misconfigured { .. }), "{err}");
+        assert!(err.to_string().contains("maxmemory-policy"), "{err}");
+        assert!(err.to_string().contains(policy), "{err}");
+
+        if policy != "volatile-lru" {
+            continue;
+        }
+        let allowing = |urls: Vec<String>| builder(urls).allow_eviction(true).build().unwrap();
+        let a_client = allowing(urls(&nodes));
+        let a = holder_on_nodes_0_and_1(&nodes, &a_client).await;
+        nodes[1].fill_until_evicted(a.key(), 10_000, 100_000);
+        let b = allowing(urls(&nodes))
+            .try_lock(RESOURCE, TTL)
+            .await
+            .expect("the documented hazard: the evicted key is granted again");
+        assert!(Instant::now() < a.valid_until() && b.is_valid());
+        println!("{policy}: allowed: the eviction gave a second holder, as documented");
+    }
+}
+
+/// 6. An ACL user that may not run `INFO` (a managed service's restricted
+/// user): no server change can be read, but node 1's empty restart is
+/// still seen, by a client that knew it and by a fresh one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_restart_is_seen_without_info() {
+    let acl = user_without_info("locker", "secret");
+    let acl: Vec<&str> = acl.iter().map(String::as_str).collect();
+    let mut nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_with(&acl)).collect();
+    let as_locker = |nodes: &[RedisServer]| -> Vec<String> {
+        nodes
+            .iter()
+            .map(|n| url_as(n, "locker", "secret"))
+            .collect()
+    };
+    let knew = builder(as_locker(&nodes)).build().unwrap();
+    lock_once(&knew, RESOURCE, TTL).await;
+    let a_client = builder(as_locker(&nodes)).build().unwrap();
+    let a = holder_on_nodes_0_and_1(&nodes, &a_client).await;
+    let lost = a.lost();
+    nodes[1].restart_empty();
+    refused_while_a_is_valid(&knew, &a, Duration::from_secs(2), "a client that knew it").await;
+    let fresh = builder(as_locker(&nodes)).build().unwrap();
+    refused_while_a_is_valid(&fresh, &a, Duration::from_secs(1), "a fresh client").await;
+    told(&a, lost).await;
+}
