@@ -61,20 +61,9 @@ use redis::aio::MultiplexedConnection;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, Value};
 use tokio::sync::{Notify, oneshot};
 
-use crate::answer::NotCounted;
 use crate::clock::Reading;
 use crate::tasks;
-pub(crate) use crate::witness::{Asks, Witnessed};
-
-/// What a witness of the node says of the grants before it: `Ok` when
-/// they count, else why not (see `Standings::see_witness`).
-pub(crate) type Judged = Result<(), Arc<NotCounted>>;
-
-/// Judges a witness of the node.
-pub(crate) type Judge = Box<dyn Fn(&Witnessed) -> Judged + Send + Sync>;
-
-/// What the votes to the node read after their grants, now.
-pub(crate) type Witnesses = Box<dyn Fn() -> Asks + Send + Sync>;
+pub(crate) use crate::witness::{Asks, Judge, Judged, Shape, Witnessed, Witnesses};
 
 /// Whether other calls are under way to the node (so that other votes may
 /// join a batch that waits for them).
@@ -368,7 +357,8 @@ async fn fly<C: Carrier>(batches: Arc<Batches>, carrier: C, mut votes: Vec<Vote>
     }
     let asks = batches.asks();
     let commands = votes.iter().map(|vote| vote.commands.len()).sum::<usize>();
-    let mut pipeline = Pipeline::with_capacity(commands + asks.len());
+    let shape = asks.shape();
+    let mut pipeline = Pipeline::with_capacity(commands + shape.len());
     pipeline.ignore_errors();
     let expiry = match votes.as_mut_slice() {
         [vote] => vote.expiry.take(),
@@ -402,7 +392,7 @@ async fn fly<C: Carrier>(batches: Arc<Batches>, carrier: C, mut votes: Vec<Vote>
     };
     let received = Instant::now();
     let read = Read {
-        asks,
+        shape,
         expiry,
         sent,
         received,
@@ -410,11 +400,11 @@ async fn fly<C: Carrier>(batches: Arc<Batches>, carrier: C, mut votes: Vec<Vote>
     land(&batches.judge, waiting, replies, read);
 }
 
-/// How a batch read the node's witness (`asks`): the clock by
+/// How a batch read the node's witness (`shape`): the clock by
 /// `PEXPIRETIME` of a lone acquisition's key (`expiry`) or `TIME`, sent
 /// and answered when.
 struct Read {
-    asks: Asks,
+    shape: Shape,
     expiry: Option<Expiry>,
     sent: Instant,
     received: Instant,
@@ -442,14 +432,14 @@ fn land(
 ) {
     let commands = waiting.iter().map(|(count, _)| count).sum::<usize>();
     let mut replies = match replies {
-        Ok(Value::Array(replies)) if replies.len() == commands + read.asks.len() => replies,
+        Ok(Value::Array(replies)) if replies.len() == commands + read.shape.len() => replies,
         Ok(_) => {
             let err = RedisError::from((ErrorKind::Parse, "a batch's replies do not match it"));
             return fail(waiting, &err);
         }
         Err(err) => return fail(waiting, &err),
     };
-    let (clock, mark) = read.asks.take(&mut replies);
+    let (clock, mark) = read.shape.take(&mut replies);
     let witnessed = Witnessed {
         reading: read.reading(clock, &replies),
         mark,
@@ -552,8 +542,8 @@ mod tests {
                 "SET taken" => Value::BulkString(b"theirs".to_vec()),
                 // Set at 1,700,000,000,000 ms with a TTL of 10 s.
                 command if command.starts_with("PEXPIRETIME") => Value::Int(1_700_000_010_000),
-                "GET mark" => Value::BulkString(b"m1".to_vec()),
-                "GET other-mark" => Value::BulkString(b"m2".to_vec()),
+                "GETRANGE mark 0 15" => Value::BulkString(b"m1".to_vec()),
+                "GETRANGE other-mark 0 15" => Value::BulkString(b"m2".to_vec()),
                 command => Value::Int(command[4..].parse().unwrap_or(-1)),
             });
             Ok(Value::Array(replies.collect()))
@@ -592,7 +582,7 @@ mod tests {
                 judged.fetch_add(1, Ordering::SeqCst);
                 match &witnessed.mark {
                     Some(Value::BulkString(mark)) if mark != b"m1" => {
-                        Err(Arc::new(NotCounted::Unchecked {
+                        Err(Arc::new(crate::answer::NotCounted::Unchecked {
                             reason: "another mark".into(),
                         }))
                     }
@@ -642,7 +632,7 @@ mod tests {
                 assert_eq!(matches!(landed.judged, Some(Ok(()))), counted, "{mark}");
             }
             let sent = tasks::lock(&mock.batches).clone();
-            let get_mark = format!("GET {mark}");
+            let get_mark = format!("GETRANGE {mark} 0 15");
             assert_eq!(sent, vec![vec!["GET 1", "SET free", &get_mark, "TIME"]]);
         }
         assert_eq!(judged.load(Ordering::SeqCst), 2, "one witness per batch");

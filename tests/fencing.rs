@@ -367,13 +367,12 @@ async fn the_counter_key_is_not_a_resource() {
 /// commands.
 /// `calls` less the witnesses read after grants and in the background: the
 /// node's clock (`TIME`, or `PEXPIRETIME` of a lone grant's key) and its
-/// data mark (`GET`), one of each per witness.
+/// data mark's id (`GETRANGE`), one of each per witness.
 fn without_witnesses(
     mut calls: std::collections::BTreeMap<String, u64>,
 ) -> std::collections::BTreeMap<String, u64> {
-    let witnesses = calls.remove("time").unwrap_or(0) + calls.remove("pexpiretime").unwrap_or(0);
-    if let Some(get) = calls.get_mut("get") {
-        *get = get.saturating_sub(witnesses);
-    }
+    let clocks = calls.remove("time").unwrap_or(0) + calls.remove("pexpiretime").unwrap_or(0);
+    let marks = calls.remove("getrange").unwrap_or(0);
+    assert_eq!(marks, clocks, "one mark read per witness: {calls:?}");
     calls
 }

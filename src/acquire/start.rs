@@ -77,13 +77,14 @@ pub(crate) async fn acquire_with_meter(
             .and_then(|timeout| called.checked_add(timeout)),
     };
     // Refused at once, before any contact.
-    engine.ttl(ttl)?;
+    let checked = engine.ttl(ttl)?;
+    let first = !engine.standings.first_checks_ended();
     Error::ensure_runtime()?;
     first_contact(engine, resources, deadline).await?;
-    // Taken again once the first checks read the clock tolerances in use on
-    // the nodes, the largest of which shortens every validity (see
-    // `standing/`).
-    let ttl = engine.ttl(ttl)?;
+    // A client's first call takes it again once the first checks read the
+    // clock tolerances in use on the nodes, the largest of which shortens
+    // every validity (see `standing/`).
+    let ttl = if first { engine.ttl(ttl)? } else { checked };
     let span = tracing::debug_span!("quorlock.lock", resource = %show_resources(resources), ttl_ms = ttl.millis);
     // Only a plain lock queues; the others retry.
     let queues = waits && matches!(shape, Shape::One);

@@ -82,9 +82,6 @@ impl NodeCore {
             .unwrap_or_else(|value| Answer::Failed(unexpected(self.name.clone(), &value)));
         match exchanged.witness {
             Witness::Unread => answer,
-            Witness::Read(witnessed) => {
-                self.witness_checked(answer, self.batches.judge(&witnessed))
-            }
             Witness::Judged(judged) => self.witness_checked(answer, judged),
         }
     }

@@ -190,7 +190,8 @@ impl Node {
             if !matches!(connection, Connection::One(_)) {
                 asks.mark = None;
             }
-            let mut pipeline = redis::Pipeline::with_capacity(asks.len());
+            let shape = asks.shape();
+            let mut pipeline = redis::Pipeline::with_capacity(shape.len());
             pipeline.ignore_errors();
             asks.add_to(&mut pipeline, || redis::cmd("TIME"));
             let sent = std::time::Instant::now();
@@ -210,7 +211,7 @@ impl Node {
             let Value::Array(mut replies) = reply else {
                 return Err(unexpected(shared.name.clone(), &reply));
             };
-            let (time, mark) = asks.take(&mut replies);
+            let (time, mark) = shape.take(&mut replies);
             let witnessed = Witnessed {
                 reading: time.and_then(|time| Reading::from_reply(&time, sent, received)),
                 mark,

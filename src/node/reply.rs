@@ -7,7 +7,7 @@ use std::sync::Arc;
 use redis::{RedisError, Value};
 
 use crate::answer::{Answer, NodeError, NodeErrorKind};
-use crate::batch::{Judged, Landed, Witnessed};
+use crate::batch::{Batches, Judged, Landed, Witnessed};
 
 /// How a node's reply to a [`Call`] reads as an [`Answer`].
 #[derive(Debug, Clone, Copy)]
@@ -115,17 +115,15 @@ pub(super) struct Exchanged {
 pub(super) enum Witness {
     /// Not read (a call that grants nothing new, or nothing to read).
     Unread,
-    /// Read after the call, not judged yet.
-    Read(Witnessed),
-    /// Read after the call's batch, and judged (see `batch.rs`).
+    /// Read after the call (or its batch), and judged (see `batch.rs`).
     Judged(Judged),
 }
 
 impl Witness {
-    /// `witnessed`, to judge, where it read anything.
-    pub(super) fn read(witnessed: Witnessed) -> Witness {
+    /// `witnessed`, judged by `batches`' judge where it read anything.
+    pub(super) fn judged(batches: &Batches, witnessed: &Witnessed) -> Witness {
         match witnessed.any() {
-            true => Witness::Read(witnessed),
+            true => Witness::Judged(batches.judge(witnessed)),
             false => Witness::Unread,
         }
     }

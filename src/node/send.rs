@@ -9,7 +9,7 @@ use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use super::reply::{Exchanged, Witness};
 use super::wire::evalsha;
-use crate::batch::{Asks, Batches, Commands, Expiry, Landed, Witnessed};
+use crate::batch::{Asks, Batches, Commands, Expiry, Landed, Shape, Witnessed};
 use crate::clock::Reading;
 use crate::connection::Connection;
 use crate::read_round::{self, Outcome};
@@ -86,13 +86,15 @@ pub(super) async fn read_alone(
     batches: &Batches,
 ) -> Result<Landed, RedisError> {
     let asks = asks_on(batches, connection);
+    let shape = asks.shape();
     let Commands(first, then) = commands;
-    let mut pipeline = redis::Pipeline::with_capacity(1 + then.len() + asks.len());
+    let mut pipeline = redis::Pipeline::with_capacity(1 + then.len() + shape.len());
     pipeline.ignore_errors().add_command(first);
     for then in then {
         pipeline.add_command(then);
     }
     asks.add_to(&mut pipeline, || redis::cmd("TIME"));
+    drop(asks);
     let sent = std::time::Instant::now();
     let reply: Value = pipeline.query_async(connection).await?;
     let received = std::time::Instant::now();
@@ -102,7 +104,7 @@ pub(super) async fn read_alone(
             "a pipeline's replies missing",
         )));
     };
-    let (time, mark) = asks.take(&mut items);
+    let (time, mark) = shape.take(&mut items);
     if let Some(Value::ServerError(err)) =
         (items.iter()).find(|item| matches!(item, Value::ServerError(_)))
     {
@@ -171,12 +173,17 @@ pub(super) async fn send_set_nx(
         }
         (witnessed, _) => {
             let asks = witnessed.map_or_else(Asks::default, |batches| asks_on(batches, connection));
+            let shape = asks.shape();
             let request =
                 acquire_request(set, counter, &asks, || clock_reading(call.key, with_get));
+            drop(asks);
             let sent = std::time::Instant::now();
             let reply = request.query(connection).await?;
-            match asks.any() {
-                true => witnessed_reply(reply, call, &asks, sent, std::time::Instant::now()),
+            match shape.any() {
+                true => {
+                    let received = std::time::Instant::now();
+                    witnessed_reply(reply, call, shape, sent, received)
+                }
                 false => Ok(Exchanged::plain(reply, false)),
             }
         }
@@ -226,7 +233,7 @@ pub(super) fn acquire_request(
     if counter.is_none() && !asks.any() {
         return Sent::One(set);
     }
-    let mut pipeline = redis::Pipeline::with_capacity(2 + asks.len());
+    let mut pipeline = redis::Pipeline::with_capacity(2 + asks.shape().len());
     pipeline.add_command(set);
     if let Some(counter) = counter {
         pipeline.add_command(counter);
@@ -255,15 +262,15 @@ pub(super) fn clock_reading(key: &[u8], with_get: bool) -> Cmd {
 }
 
 /// A witnessed acquisition's reply (see [`acquire_request`]): the `SET`'s
-/// (with the counter's), and the witness `asks` read after the grant: the
-/// node's mark and its clock at the grant. A refused `SET` (a replica's
+/// (with the counter's), and the witness (of `shape`) read after the grant:
+/// the node's mark and its clock at the grant. A refused `SET` (a replica's
 /// `READONLY`, `SET NX GET` before 7.0) is the call's error, as the node
 /// said it; a refused reading only leaves it unread, and a refusal needs
 /// none.
 pub(super) fn witnessed_reply(
     reply: Value,
     call: &AcquireCall<'_>,
-    asks: &Asks,
+    shape: Shape,
     sent: std::time::Instant,
     received: std::time::Instant,
 ) -> Result<Exchanged, RedisError> {
@@ -271,10 +278,10 @@ pub(super) fn witnessed_reply(
     let Value::Array(mut items) = reply else {
         return Err(unexpected());
     };
-    if items.len() < 1 + asks.len() {
+    if items.len() < 1 + shape.len() {
         return Err(unexpected());
     }
-    let (time, mark) = asks.take(&mut items);
+    let (time, mark) = shape.take(&mut items);
     if let Some(Value::ServerError(err)) =
         (items.iter()).find(|item| matches!(item, Value::ServerError(_)))
     {
@@ -294,10 +301,14 @@ pub(super) fn witnessed_reply(
     let reading = time.and_then(|time| {
         Reading::after_grant(&time, set_it.then_some(call.ttl_ms), sent, received)
     });
+    let witness = match call.witnessed {
+        Some(batches) => Witness::judged(batches, &Witnessed { reading, mark }),
+        None => Witness::Unread,
+    };
     Ok(Exchanged {
         reply,
         legacy: false,
-        witness: Witness::read(Witnessed { reading, mark }),
+        witness,
     })
 }
 
@@ -358,17 +369,19 @@ pub(super) async fn run_witnessed_alone(
     batches: &Batches,
 ) -> Result<Exchanged, RedisError> {
     let asks = asks_on(batches, connection);
-    let mut pipeline = redis::Pipeline::with_capacity(1 + asks.len());
+    let shape = asks.shape();
+    let mut pipeline = redis::Pipeline::with_capacity(1 + shape.len());
     pipeline.ignore_errors().add_command(cmd.clone());
     asks.add_to(&mut pipeline, || redis::cmd("TIME"));
+    drop(asks);
     let mut loaded = false;
     loop {
         let sent = std::time::Instant::now();
         let reply: Value = pipeline.query_async(connection).await?;
         let received = std::time::Instant::now();
         let (reply, time, mark) = match reply {
-            Value::Array(mut items) if items.len() == 1 + asks.len() => {
-                let (time, mark) = asks.take(&mut items);
+            Value::Array(mut items) if items.len() == 1 + shape.len() => {
+                let (time, mark) = shape.take(&mut items);
                 (items.pop(), time, mark)
             }
             _ => (None, None, None),
@@ -386,7 +399,7 @@ pub(super) async fn run_witnessed_alone(
                 return Ok(Exchanged {
                     reply,
                     legacy: false,
-                    witness: Witness::read(Witnessed { reading, mark }),
+                    witness: Witness::judged(batches, &Witnessed { reading, mark }),
                 });
             }
             (None, _) => {

@@ -61,6 +61,12 @@ impl Standings {
         }
     }
 
+    /// Whether every node's first check has ended (a client's first lock
+    /// call waits for it: see [`ensure`](Self::ensure)).
+    pub(crate) fn first_checks_ended(&self) -> bool {
+        self.all_attempted.load(Ordering::Acquire)
+    }
+
     /// Starts a first check of every node whose first check has not ended,
     /// then waits until each has ended (at once after the first call), or
     /// until `deadline`. `connect(index)` connects to node `index`, which

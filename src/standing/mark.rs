@@ -3,8 +3,11 @@
 //! with every grant; and the judgment of a check by it, a pure function of
 //! what the check read and what this client knew (with a test per rule).
 
+use crate::witness::MARK_ID_LEN;
+
 /// A node's data mark: `id born since inc_since incarnation`, separated by
-/// spaces (times are the node's own, in ms since the Unix epoch).
+/// spaces (times are the node's own, in ms since the Unix epoch); the id,
+/// [`MARK_ID_LEN`] hex digits, first, where a grant's witness reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Mark {
     /// Random, drawn when the mark is made: a node's data that goes (a
@@ -30,7 +33,10 @@ impl Mark {
     pub(crate) fn parse(value: &[u8]) -> Option<Mark> {
         let text = std::str::from_utf8(value).ok()?;
         let mut parts = text.splitn(5, ' ');
-        let id = parts.next().filter(|id| !id.is_empty())?.to_owned();
+        let id = parts
+            .next()
+            .filter(|id| id_bits(id.as_bytes()).is_some())?
+            .to_owned();
         let mut number = || parts.next()?.parse::<i64>().ok();
         let (born_ms, since_ms, inc_since_ms) = (number()?, number()?, number()?);
         Some(Mark {
@@ -54,6 +60,23 @@ impl Mark {
     pub(crate) fn fresh_id() -> String {
         format!("{:016x}", rand::random::<u64>())
     }
+
+    /// The id's 64 bits.
+    pub(crate) fn id_bits(&self) -> Option<u64> {
+        id_bits(self.id.as_bytes())
+    }
+}
+
+/// The 64 bits of a mark id (its [`MARK_ID_LEN`] hex digits), as the
+/// witness of a grant reads them, if `id` is one.
+pub(crate) fn id_bits(id: &[u8]) -> Option<u64> {
+    if id.len() != MARK_ID_LEN {
+        return None;
+    }
+    id.iter().try_fold(0u64, |bits, &digit| {
+        let value = char::from(digit).to_digit(16)?;
+        Some(bits << 4 | u64::from(value))
+    })
 }
 
 /// What a check read of a node's mark.
@@ -385,12 +408,25 @@ mod tests {
             inc_since_ms: 7,
             ..mark("0123456789abcdef", 5, 6, "run/repl")
         };
-        assert_eq!(Mark::parse(written.value().as_bytes()), Some(written));
-        let blind = mark("ab", 1, 0, "");
+        assert_eq!(
+            Mark::parse(written.value().as_bytes()),
+            Some(written.clone())
+        );
+        assert_eq!(written.id_bits(), Some(0x0123_4567_89ab_cdef));
+        let blind = mark("00000000000000ab", 1, 0, "");
         assert_eq!(Mark::parse(blind.value().as_bytes()), Some(blind));
         assert_eq!(Mark::parse(b"not a mark"), None);
+        assert_eq!(
+            Mark::parse(b"ab 1 0 1 r/x"),
+            None,
+            "an id of another length"
+        );
         assert_eq!(Mark::parse(b""), None);
-        assert_eq!(Mark::fresh_id().len(), 16);
+        let fresh = Mark::fresh_id();
+        assert_eq!(
+            id_bits(fresh.as_bytes()).map(|bits| format!("{bits:016x}")),
+            Some(fresh)
+        );
     }
 
     /// No mark to read: the identity rules alone.

@@ -249,7 +249,7 @@ impl Standings {
             told,
         } = prior;
         let mark = Mark::parse(value);
-        self.expect_mark(index, Some(value));
+        self.expect_mark(index, mark.as_ref().and_then(Mark::id_bits));
         let since_before = known.as_ref().map(|known| known.since_ms);
         self.detail(index).mark = mark.clone();
         match verdict {

@@ -29,11 +29,11 @@ pub(super) struct Slot {
     pub(super) detail: Mutex<Detail>,
     /// The node's recent clock readings (see `clock.rs`).
     pub(super) clock: Mutex<History>,
-    /// The value of its data mark that its grants must read after them
-    /// (see `mark.rs`); `None`: no mark is read (a cluster, a node that
+    /// The id of its data mark that its grants must read after them (see
+    /// `mark.rs`), as its 64 bits, where `marked`.
+    pub(super) mark_id: AtomicU64,
+    /// Whether its grants read its mark (not: a cluster, a node that
     /// refuses it, the restart protection off).
-    pub(super) mark: Mutex<Option<Arc<[u8]>>>,
-    /// Whether `mark` holds a value: the grants read the mark.
     pub(super) marked: AtomicBool,
 }
 
@@ -159,7 +159,7 @@ impl Standings {
                     skipped: AtomicBool::new(false),
                     detail: Mutex::new(Detail::default()),
                     clock: Mutex::new(History::default()),
-                    mark: Mutex::new(None),
+                    mark_id: AtomicU64::new(0),
                     marked: AtomicBool::new(false),
                 })
                 .collect(),
