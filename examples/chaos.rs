@@ -2,8 +2,8 @@
 //! workers) compete for one resource on 5 real `redis-server` nodes while a
 //! fault injector freezes (SIGSTOP), kills and restarts (after at least the
 //! TTL) a minority of nodes, and once takes a majority down for 2 s. Each
-//! critical section checks a separate "checker" Redis: `INCR` on entry must
-//! return 1. With `--fencing`, each holder also checks that its fencing token
+//! critical section checks a separate "checker" Redis: on entry, no other
+//! holder whose validity has not ended may be inside. With `--fencing`, each holder also checks that its fencing token
 //! is larger than the previous holder's. Prints the figures; exits non-zero if
 //! any property fails.
 //!
@@ -26,12 +26,19 @@
 //! right 3 s later. With `--unprotected`, the clock watch (and the restart
 //! protection) is off (`clock_tolerance(0)`).
 //!
+//! With `--data-loss`, the faults are losses of data that no server tells:
+//! two nodes frozen, a third emptied under the holder of the moment, in turn
+//! by `FLUSHALL`, by an empty restart (every node runs `appendonly yes` with
+//! `appendfsync always`) and by an in-place resync from an empty server
+//! (`REPLICAOF`, then `REPLICAOF NO ONE`). With `--unprotected`, the restart
+//! protection, and with it the data mark, is off (`restart_grace(0)`).
+//!
 //! ```text
-//! cargo run --release --example chaos [--fencing | --immediate | --failovers | --clock-steps [--unprotected]] [ACQUISITIONS]
+//! cargo run --release --example chaos [--fencing | --immediate | --failovers | --clock-steps | --data-loss [--unprotected]] [ACQUISITIONS]
 //! ```
 //!
-//! The default is 20,000 acquisitions (5,000 with `--immediate` or
-//! `--clock-steps`, 1,000 with `--failovers`).
+//! The default is 20,000 acquisitions (5,000 with `--immediate`,
+//! `--clock-steps` or `--data-loss`, 1,000 with `--failovers`).
 //!
 //! It needs `redis-server` on PATH (scripts/test.sh installs it).
 
@@ -73,19 +80,21 @@ fn main() -> ExitCode {
     let immediate = flag("--immediate");
     let failovers = flag("--failovers");
     let clock_steps = flag("--clock-steps");
+    let data_loss = flag("--data-loss");
     let unprotected = flag("--unprotected");
-    let usage = "usage: chaos [--fencing | --immediate | --failovers | --clock-steps \
-                 [--unprotected]] [ACQUISITIONS]";
-    let kinds = [fencing, immediate, failovers, clock_steps]
+    let usage = "usage: chaos [--fencing | --immediate | --failovers | --clock-steps | \
+                 --data-loss [--unprotected]] [ACQUISITIONS]";
+    let kinds = [fencing, immediate, failovers, clock_steps, data_loss]
         .iter()
         .filter(|on| **on)
         .count();
-    if kinds > 1 || (unprotected && !(immediate || failovers || clock_steps)) || args.len() > 1 {
+    let may_be_unprotected = immediate || failovers || clock_steps || data_loss;
+    if kinds > 1 || (unprotected && !may_be_unprotected) || args.len() > 1 {
         eprintln!("{usage}");
         return ExitCode::from(2);
     }
     let acquisitions = match args.first().map(|n| n.parse::<u64>()) {
-        None if immediate || clock_steps => 5_000,
+        None if immediate || clock_steps || data_loss => 5_000,
         None if failovers => 1_000,
         None => 20_000,
         Some(Ok(n)) if n > 0 => n,
@@ -95,7 +104,9 @@ fn main() -> ExitCode {
         }
     };
     let limit = Duration::from_secs(600);
-    let plan = if clock_steps {
+    let plan = if data_loss {
+        chaos_harness::Plan::data_loss(4, acquisitions, limit, !unprotected)
+    } else if clock_steps {
         chaos_harness::Plan::clock_steps(4, acquisitions, limit, !unprotected)
     } else if failovers {
         chaos_harness::Plan::failovers(4, acquisitions, limit, !unprotected)

@@ -7,8 +7,10 @@
 //! inside its critical section across it), which the restart protection
 //! must turn into 0 overlaps; and lossy failovers of three Sentinel groups
 //! (`chaos_harness/failovers.rs`), which the failover rule must turn into 0
-//! overlaps; and steps of a node's clock 30 s forward on a bare quorum,
-//! which the clock watch must turn into 0 overlaps.
+//! overlaps; steps of a node's clock 30 s forward on a bare quorum, which
+//! the clock watch must turn into 0 overlaps; and losses of data that no
+//! server tells (`FLUSHALL`, an empty restart of a node configured durable,
+//! an in-place resync), which the data mark must turn into 0 overlaps.
 //! 0 overlaps; no grant with the majority down; failed calls within their
 //! deadline; locking resumes after recovery. (`examples/chaos.rs` is the full
 //! run.) This test re-executes its own binary as the workers, so it has its
@@ -39,7 +41,8 @@ fn main() -> ExitCode {
              chaos_immediate_restarts_never_give_two_holders \
              chaos_hundreds_of_waiters_never_give_two_holders \
              chaos_lossy_sentinel_failovers_never_give_two_holders \
-             chaos_clock_steps_never_give_two_holders"
+             chaos_clock_steps_never_give_two_holders \
+             chaos_data_losses_never_give_two_holders"
             .contains(filter.as_str())
     {
         println!("0 passed, 0 failed");
@@ -73,6 +76,10 @@ fn main() -> ExitCode {
             "chaos_clock_steps_never_give_two_holders",
             chaos_harness::Plan::clock_steps(4, 2_000, Duration::from_secs(240), true),
         ),
+        (
+            "chaos_data_losses_never_give_two_holders",
+            chaos_harness::Plan::data_loss(4, 2_000, Duration::from_secs(240), true),
+        ),
     ] {
         println!("test {name} ...");
         let outcome = runtime.block_on(chaos_harness::run(plan, &exe, &["--chaos-worker"]));
@@ -87,7 +94,7 @@ fn main() -> ExitCode {
             }
         }
     }
-    println!("{} passed, {failed} failed", 6 - failed);
+    println!("{} passed, {failed} failed", 7 - failed);
     if failed == 0 {
         ExitCode::SUCCESS
     } else {

@@ -3,8 +3,10 @@
 //! [`Plan::tasks`] tasks (3, or hundreds of waiters), compete for one
 //! resource on 5 nodes while a fault injector freezes, kills and (after at
 //! least the TTL) restarts a minority of nodes, and once takes a majority
-//! down. Each critical section checks a separate Redis "checker": `INCR` on
-//! entry must return 1, `DECR` on exit.
+//! down. Each critical section checks a separate Redis "checker" (see
+//! `checker.rs`): on entry, no other holder whose validity has not ended
+//! may be inside (an overlap); one that outlived its validity inside is an
+//! overstay.
 //!
 //! With [`Restarts::Immediate`], the minority faults are instead the
 //! Redlock hazard itself: two nodes are frozen (so holders hold a bare
@@ -24,10 +26,20 @@
 //! (a step back). Without the clock watch, a second holder can take the lock
 //! on the stepped and the thawed nodes.
 //!
+//! With [`Restarts::DataLoss`], the minority faults are losses of data
+//! that the servers do not tell (`data_loss.rs`): two nodes frozen, a third
+//! emptied by `FLUSHALL`, by an empty restart though it is configured
+//! durable, or by an in-place resync from an empty server, the holder of
+//! the moment inside across it. Without the restart protection (and with
+//! it, the data mark), a second holder can take the lock on the emptied and
+//! the thawed nodes.
+//!
 //! With `CHAOS_DEBUG` set, the workers log quorlock's warnings to stderr,
 //! and each overlap with the lock's status as the entering worker sees it.
 #![allow(dead_code)]
 
+pub mod checker;
+mod data_loss;
 mod failovers;
 
 use std::process::{Child, Command, Stdio};
@@ -96,6 +108,9 @@ pub enum Restarts {
     /// Two nodes frozen, a third's clock stepped 30 s forward, then set
     /// right 3 s later (see the module docs).
     ClockSteps,
+    /// Two nodes frozen, a third losing its data with its server unchanged
+    /// (see `data_loss.rs`).
+    DataLoss,
 }
 
 impl Plan {
@@ -166,6 +181,15 @@ impl Plan {
         }
     }
 
+    /// Losses of data the servers do not tell (see `data_loss.rs`), 1 ms
+    /// critical sections, the one at a loss held across it.
+    pub fn data_loss(workers: usize, acquisitions: u64, limit: Duration, protected: bool) -> Self {
+        Plan {
+            restarts: Restarts::DataLoss,
+            ..Plan::immediate(workers, acquisitions, limit, protected)
+        }
+    }
+
     /// The same run with `tasks` tasks per worker process, each `lock`
     /// call waiting up to `patience`: hundreds of waiters per process
     /// queue on the lock under the faults.
@@ -185,8 +209,9 @@ pub struct Report {
     pub acquisitions: u64,
     pub overlaps: u64,
     /// Entries while an earlier holder was still inside but past its
-    /// validity (a stalled process: not covered by a lease, nor counted as
-    /// an overlap of two valid holders).
+    /// validity, or after the entrant's own had ended (a stalled process:
+    /// not covered by a lease, nor counted as an overlap of two valid
+    /// holders; see `checker.rs`).
     pub overstays: u64,
     pub failed_calls: u64,
     pub longest_failed_call: Duration,
@@ -198,6 +223,9 @@ pub struct Report {
     pub failovers: u64,
     /// Steps of a node's clock 30 s forward.
     pub clock_steps: u64,
+    /// Losses of data by `FLUSHALL`, by an empty restart of a durable node,
+    /// by an in-place resync (see `data_loss.rs`).
+    pub data_losses: [u64; 3],
     /// Acquisitions made while a minority of nodes was frozen or down.
     pub acquired_during_minority_faults: u64,
     /// Fencing tokens not larger than the previous holder's.
@@ -227,7 +255,7 @@ impl Report {
         println!("  overlaps                {}", self.overlaps);
         if self.overstays > 0 {
             println!(
-                "  overstays               {} (entered after the holder inside had outlived its validity)",
+                "  overstays               {} (a holder inside, or the entrant, past its validity)",
                 self.overstays
             );
         }
@@ -239,6 +267,18 @@ impl Report {
                     "  faults injected         {} clock steps of 30 s forward, each with 2 nodes \
                      frozen ({} freezes), {} majority outage",
                     self.clock_steps, self.freezes, self.majority_outages
+                );
+                "delayed"
+            }
+            Restarts::DataLoss => {
+                let [flushes, empty, resyncs] = self.data_losses;
+                println!(
+                    "  faults injected         {} losses of data ({flushes} FLUSHALL, {empty} \
+                     empty restarts of durable nodes, {resyncs} in-place resyncs), each with 2 \
+                     nodes frozen ({} freezes), {} majority outage",
+                    flushes + empty + resyncs,
+                    self.freezes,
+                    self.majority_outages
                 );
                 "delayed"
             }
@@ -256,7 +296,7 @@ impl Report {
                 return;
             }
         };
-        if plan.restarts != Restarts::ClockSteps {
+        if !matches!(plan.restarts, Restarts::ClockSteps | Restarts::DataLoss) {
             println!(
                 "  faults injected         {} ({} freezes, {} kills with {restart} restart, {} majority outage)",
                 self.freezes + self.kills + self.majority_outages,
@@ -330,7 +370,14 @@ impl Report {
         if plan.restarts == Restarts::ClockSteps && self.clock_steps == 0 {
             return Err("no clock steps were injected".into());
         }
-        if self.freezes == 0 || (self.kills == 0 && plan.restarts != Restarts::ClockSteps) {
+        if plan.restarts == Restarts::DataLoss && self.data_losses.contains(&0) {
+            return Err(format!(
+                "not every kind of data loss: {:?}",
+                self.data_losses
+            ));
+        }
+        let kills_expected = !matches!(plan.restarts, Restarts::ClockSteps | Restarts::DataLoss);
+        if self.freezes == 0 || (self.kills == 0 && kills_expected) {
             return Err("no minority faults were injected".into());
         }
         if self.acquired_during_minority_faults == 0 {
@@ -492,32 +539,20 @@ return 1"#,
                 if outage.is_some() && still_out.is_some() {
                     tally.granted_during_outage += 1;
                 }
-                let holders: i64 = checker.incr("chaos:holders", 1).await?;
-                let now_us = || {
-                    std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |since| since.as_micros() as u64)
-                };
-                if holders != 1 {
-                    // Two valid holders, or one that outlived its validity?
-                    let inside_valid_until: Option<u64> =
-                        checker.get("chaos:valid-until-us").await?;
-                    if inside_valid_until.is_some_and(|until| now_us() >= until) {
-                        tally.overstays += 1;
-                    } else {
-                        tally.overlaps += 1;
-                        if std::env::var_os("CHAOS_DEBUG").is_some() {
-                            let status = redlock.status(RESOURCE).await?;
-                            tracing::error!(
-                                "overlap: worker {} entered with {:?} of validity left\n{status}",
-                                std::process::id(),
-                                guard.remaining()
-                            );
-                        }
-                    }
+                let holder = checker::holder_id();
+                let valid_until = checker::now_us()
+                    + u64::try_from(guard.remaining().as_micros()).unwrap_or(u64::MAX);
+                let entry = checker::enter(&mut checker, &holder, valid_until).await?;
+                tally.overlaps += entry.overlaps;
+                tally.overstays += entry.overstays + entry.late;
+                if entry.overlaps > 0 && std::env::var_os("CHAOS_DEBUG").is_some() {
+                    let status = redlock.status(RESOURCE).await?;
+                    tracing::error!(
+                        "overlap: worker {} entered with {:?} of validity left\n{status}",
+                        std::process::id(),
+                        guard.remaining()
+                    );
                 }
-                let valid_until = now_us() + guard.remaining().as_micros() as u64;
-                let _: () = checker.set("chaos:valid-until-us", valid_until).await?;
                 if let Some(token) = guard.fencing_token() {
                     let increased: i64 = fence_check
                         .key("chaos:last-token")
@@ -543,7 +578,7 @@ return 1"#,
                 {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
-                let _: i64 = checker.decr("chaos:holders", 1).await?;
+                checker::leave(&mut checker, &holder).await?;
                 let _: i64 = checker.incr("chaos:acquired", 1).await?;
                 tally.acquisitions += 1;
                 let _ = guard.unlock().await;
@@ -567,12 +602,18 @@ pub async fn run(
     if plan.restarts == Restarts::Failovers {
         return failovers::run(plan, exe, worker_args).await;
     }
-    let (mut nodes, clocks): (Vec<RedisServer>, Vec<Clock>) =
-        if plan.restarts == Restarts::ClockSteps {
-            (0..5).map(|_| ClockServer::start().into_parts()).unzip()
-        } else {
-            ((0..5).map(|_| RedisServer::start()).collect(), Vec::new())
-        };
+    let (mut nodes, clocks): (Vec<RedisServer>, Vec<Clock>) = match plan.restarts {
+        Restarts::ClockSteps => (0..5).map(|_| ClockServer::start().into_parts()).unzip(),
+        Restarts::DataLoss => (
+            (0..5)
+                .map(|_| RedisServer::start_with(&data_loss::DURABLE))
+                .collect(),
+            Vec::new(),
+        ),
+        _ => ((0..5).map(|_| RedisServer::start()).collect(), Vec::new()),
+    };
+    // The empty server the data-loss faults resync from.
+    let empty = RedisServer::start();
     let checker_server = RedisServer::start();
     let mut checker = redis::Client::open(checker_server.url())?
         .get_multiplexed_async_connection()
@@ -647,6 +688,10 @@ pub async fn run(
         }
         if plan.restarts == Restarts::ClockSteps {
             step_a_clock(&mut nodes, &clocks, &mut checker, &mut report).await?;
+            continue;
+        }
+        if plan.restarts == Restarts::DataLoss {
+            data_loss::lose_data(&mut nodes, &empty, &mut checker, &mut report).await?;
             continue;
         }
         if plan.restarts == Restarts::Immediate {

@@ -1,0 +1,91 @@
+//! The data-loss hazard (see the module docs): nodes f1 and f2 frozen, so
+//! holders hold a bare quorum that includes node r; r loses its data while
+//! the holder of the moment stays inside, in turn by `FLUSHALL`, by an empty
+//! restart (every node runs `appendonly yes` with `appendfsync always`: its
+//! configuration says it keeps every key) and by an in-place resync from an
+//! empty server (`REPLICAOF`, then `REPLICAOF NO ONE`, on the connections
+//! the clients keep open); f1 and f2 thawed right after; then the grace
+//! (the TTL) waited out before the next fault. Without the restart
+//! protection, a second holder can take the lock on r and the thawed nodes.
+
+use std::time::Duration;
+
+use rand::RngExt;
+use redis::AsyncCommands;
+
+use super::{AnyError, Report, TTL};
+use crate::support::RedisServer;
+
+/// How every node of a data-loss run starts: durable, as its operator
+/// believes.
+pub const DURABLE: [&str; 4] = ["--appendonly", "yes", "--appendfsync", "always"];
+
+/// The ways a node loses its data, in the order the faults take them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loss {
+    Flushall,
+    EmptyRestart,
+    Resync,
+}
+
+impl Loss {
+    /// The `n`th fault's.
+    fn nth(n: u64) -> Loss {
+        match n % 3 {
+            0 => Loss::Flushall,
+            1 => Loss::EmptyRestart,
+            _ => Loss::Resync,
+        }
+    }
+}
+
+/// One data-loss fault (see the module docs); `empty` is the server the
+/// resyncs replicate from.
+pub async fn lose_data(
+    nodes: &mut [RedisServer],
+    empty: &RedisServer,
+    checker: &mut redis::aio::MultiplexedConnection,
+    report: &mut Report,
+) -> Result<(), AnyError> {
+    let (first, pause_ms, after_ms) = {
+        let mut rng = rand::rng();
+        (
+            rng.random_range(0..5),
+            rng.random_range(100..300),
+            rng.random_range(100..300),
+        )
+    };
+    let (r, f1, f2) = (first, (first + 1) % 5, (first + 2) % 5);
+    let loss = Loss::nth(report.data_losses.iter().sum());
+    nodes[f1].pause();
+    nodes[f2].pause();
+    let before: u64 = checker
+        .get::<_, Option<u64>>("chaos:acquired")
+        .await?
+        .unwrap_or_default();
+    tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+    // The holder of the moment stays in its critical section.
+    let _: () = checker.set("chaos:hold-on", 1).await?;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    match loss {
+        Loss::Flushall => nodes[r].flushall(),
+        Loss::EmptyRestart => nodes[r].restart_empty(),
+        Loss::Resync => nodes[r].resync_from(empty),
+    }
+    nodes[f1].resume();
+    nodes[f2].resume();
+    report.freezes += 2;
+    report.data_losses[loss as usize] += 1;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let _: () = checker.del("chaos:hold-on").await?;
+    tokio::time::sleep(Duration::from_millis(after_ms)).await;
+    let after: u64 = checker
+        .get::<_, Option<u64>>("chaos:acquired")
+        .await?
+        .unwrap_or_default();
+    report.acquired_during_minority_faults += after - before;
+    // The node recovers (the grace is the TTL) before the next fault, so
+    // that a quorum of counted nodes remains.
+    tokio::time::sleep(TTL + Duration::from_millis(after_ms)).await;
+    Ok(())
+}
