@@ -477,6 +477,47 @@ fn status_shows_a_restarted_node_as_recovering() {
     assert!(!String::from_utf8_lossy(&out.stdout).contains("does not count"));
 }
 
+/// `quorlock status` shows a node whose data went (`FLUSHALL`: its data
+/// mark, recorded by an earlier process, gone) as not counting, and a set
+/// with a node that may evict lock keys as refused, in text and JSON.
+#[test]
+fn status_shows_a_loss_of_data_and_a_refusal() {
+    let nodes = servers(3);
+    let status = |nodes: &[RedisServer], json: bool| {
+        let mut command = quorlock(nodes);
+        command.args(["status", "--resource", "cli:data"]);
+        if json {
+            command.arg("--json");
+        }
+        String::from_utf8_lossy(&output(&mut command).stdout).into_owned()
+    };
+    assert!(!status(&nodes, false).contains("does not count"));
+    nodes[1].flushall();
+    let text = status(&nodes, false);
+    let line = text
+        .lines()
+        .find(|line| line.contains(&format!("127.0.0.1:{}", nodes[1].port())))
+        .unwrap_or_else(|| panic!("no line for node 1:\n{text}"));
+    assert!(
+        line.contains("does not count: recovering from a loss of data"),
+        "{text}"
+    );
+
+    let mut nodes = servers(3);
+    nodes[2] =
+        RedisServer::start_with(&["--maxmemory", "100mb", "--maxmemory-policy", "volatile-lru"]);
+    let text = status(&nodes, false);
+    assert!(text.starts_with("locking refused: "), "{text}");
+    assert!(text.contains("maxmemory-policy volatile-lru"), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&status(&nodes, true)).unwrap();
+    assert!(
+        json["refused"]
+            .as_str()
+            .is_some_and(|refused| refused.contains("maxmemory-policy")),
+        "{json}"
+    );
+}
+
 /// A primary that has had a replica, restarted from its own snapshot (the
 /// maintenance restart: `SHUTDOWN SAVE`, start again), reports
 /// `master_replid2` as a promoted replica does, and may lack writes made

@@ -323,3 +323,54 @@ async fn an_empty_restart_is_seen_without_info() {
     refused_while_a_is_valid(&fresh, &a, Duration::from_secs(1), "a fresh client").await;
     told(&a, lost).await;
 }
+
+/// What a status shows of each new reason: a node that lost its data,
+/// for the client that knew it and for a fresh one (`NotCounted::DataLost`),
+/// and a set refused for a node that evicts (`LockStatus::refused`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_shows_a_loss_of_data_and_a_refusal() {
+    let nodes = support::servers(3);
+    let knew = client(&nodes);
+    lock_once(&knew, RESOURCE, TTL).await;
+    nodes[1].flushall();
+    for (who, redlock) in [
+        ("the client that knew it", &knew),
+        ("a fresh client", &client(&nodes)),
+    ] {
+        // The client that knew it sees the loss at its next reading of the
+        // node (a grant there, or the background reading within a second).
+        let seen = Instant::now() + Duration::from_secs(5);
+        let status = loop {
+            let status = redlock.status(RESOURCE).await.unwrap();
+            if status.nodes[1].not_counted.is_some() || Instant::now() > seen {
+                break status;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        println!("{who}:\n{status}");
+        let reason = status.nodes[1].not_counted.as_ref();
+        assert!(
+            reason.is_some_and(quorlock::NotCounted::is_data_lost),
+            "{who}: {status}"
+        );
+        assert!(
+            status
+                .to_string()
+                .contains("recovering from a loss of data"),
+            "{status}"
+        );
+        assert!(status.refused.is_none());
+    }
+
+    let mut nodes = support::servers(3);
+    nodes[0] =
+        RedisServer::start_with(&["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]);
+    let status = client(&nodes).status(RESOURCE).await.unwrap();
+    println!("{status}");
+    let refused = status.refused.as_deref().unwrap_or_default();
+    assert!(refused.contains("maxmemory-policy allkeys-lru"), "{status}");
+    assert!(
+        status.to_string().starts_with("locking refused: "),
+        "{status}"
+    );
+}
