@@ -119,11 +119,16 @@
 //! - **Nothing left behind**: a `lock` call dropped mid-round finishes its
 //!   round in the background and releases what it set; [`Redlock::flush`]
 //!   waits for such background releases before a runtime ends.
-//! - **Restarts, failovers and clock steps held back**: a node whose server
-//!   changed (a restart without durable data, a promoted replica) or whose
-//!   clock stepped forward does not count until every lock it may have lost
-//!   has expired ([`NotCounted`]), and the locks held on it are told at once
-//!   ([`LostReason::ServerChanged`], [`LostReason::ClockStepped`]).
+//! - **Restarts, failovers, losses of data and clock steps held back**: a
+//!   node whose server changed (a restart without durable data, a promoted
+//!   replica), whose data went whatever its server says (its data mark gone
+//!   or replaced: a `FLUSHALL`, an empty restart, a resync) or whose clock
+//!   stepped forward does not count until every lock it may have lost has
+//!   expired, counted from the first sight by any client ([`NotCounted`]),
+//!   and the locks held on it are told at once ([`LostReason::ServerChanged`],
+//!   [`LostReason::DataLost`], [`LostReason::ClockStepped`]). A node whose
+//!   memory policy can evict lock keys is refused
+//!   ([`RedlockBuilder::allow_eviction`]).
 //!
 //! ## Limits: what Redlock does not protect against
 //!
@@ -135,9 +140,10 @@
 //!   client's TTL is within the [restart grace](RedlockBuilder::restart_grace).
 //!   What the default cannot see: a client that first meets the nodes while
 //!   every node that remembers them is down or emptied, and a single node,
-//!   which no other node remembers. [Strict mode](RedlockBuilder::strict_restarts),
-//!   or `appendonly yes` with `appendfsync always`, closes both; so does
-//!   keeping restarted nodes down for the longest TTL (delayed restart).
+//!   which no other node remembers. [Strict mode](RedlockBuilder::strict_restarts)
+//!   closes both; so does keeping restarted nodes down for the longest TTL
+//!   (delayed restart). A node rolled back with its data (a VM snapshot) is
+//!   not seen.
 //! - **Even node counts** work but tolerate no more failures than one node
 //!   fewer; a warning is logged at build.
 //! - **Single node** (one URL): the lock is as available as that node; a

@@ -8,24 +8,27 @@ use std::time::Duration;
 use super::builder::RedlockBuilder;
 
 impl RedlockBuilder {
-    /// How long a node that restarted and may have lost its keys does not
-    /// count toward a quorum, from when it came back: the "delayed restart"
-    /// that Redlock's safety needs, enforced by the client (see the crate
-    /// docs, "Restarts"). Such a node is *recovering*: it is asked, so it
-    /// learns the locks taken meanwhile, but its grants do not count until
-    /// the grace has passed; then it counts again by itself.
+    /// How long a node that may have lost its keys (a restart, a failover,
+    /// its data gone: see `docs/operations.md`) does not count toward a
+    /// quorum, from when that was first seen, by any client (the time is
+    /// written on the node): the "delayed restart" that Redlock's safety
+    /// needs, enforced by the client (see the crate docs, "Restarts"). Such
+    /// a node is *recovering*: it is asked, so it learns the locks taken
+    /// meanwhile, but its grants do not count until the grace has passed;
+    /// then it counts again by itself.
     ///
     /// The grace must be at least the longest TTL that **any** client of
     /// these nodes uses (with auto-extension, the TTL of each extension, not
-    /// the whole hold). Each client covers its own longest TTL by itself (the
-    /// grace is `max(restart_grace, longest TTL used)` plus the drift
+    /// the whole hold). Each client covers its own longest TTL by itself, and
+    /// records its grace on the nodes (the grace is `max(restart_grace,
+    /// longest TTL used, the longest grace recorded)` plus the drift
     /// allowance), so the option matters where other clients use longer TTLs
-    /// than this one. Longer costs nothing while nodes run, and, with three
+    /// and have not met the nodes yet. Longer costs nothing while nodes run, and, with three
     /// or more nodes, one restarted node costs no availability either: the
     /// others still make a quorum. Shorter than another client's TTL is
     /// unsafe. Zero switches the protection off (the behaviour of other
     /// Redlock clients: an immediate restart without persistence can grant a
-    /// second holder). Default: [`DEFAULT_RESTART_GRACE`](Self::DEFAULT_RESTART_GRACE), 60 s, which covers
+    /// second holder; no data mark is kept or read either). Default: [`DEFAULT_RESTART_GRACE`](Self::DEFAULT_RESTART_GRACE), 60 s, which covers
     /// the TTLs of the CLI (10 s by default), of the Redis docs' examples and
     /// of most uses; at most [`Redlock::MAX_TTL`](crate::Redlock::MAX_TTL).
     pub fn restart_grace(mut self, grace: Duration) -> Self {
@@ -46,7 +49,11 @@ impl RedlockBuilder {
     /// such a step (a round trip too long to tell) does not count either.
     ///
     /// Every lock's validity is shortened by the tolerance, since a smaller
-    /// step goes unseen, so a TTL must exceed it. A reading is as precise as
+    /// step goes unseen, so a TTL must exceed it. The tolerance is the node
+    /// set's: every client records its own on the nodes, shortens its
+    /// validities by the largest recorded and judges steps by the smallest
+    /// (a client of 1 s among clients of 100 ms judges by 100 ms, and all
+    /// lose 1 s of validity; see `docs/operations.md` to change it). A reading is as precise as
     /// its round trip: a vote counts only if the reply after it, with the
     /// most precise earlier reading, leaves no room for a step beyond the
     /// tolerance ([`NotCounted::ClockUnsure`](crate::NotCounted::ClockUnsure)
@@ -69,7 +76,9 @@ impl RedlockBuilder {
     /// before the reply, so the keys survive with their expiry. Off, such a
     /// node waits the grace too (for operators who do not trust the disk, or
     /// who change the settings at restart). A node whose settings cannot be
-    /// read (`CONFIG` refused) is never taken as durable. Default: on.
+    /// read (`CONFIG` refused) is never taken as durable, and a durable one
+    /// that comes back without the data mark it had (an empty disk) has lost
+    /// its data whatever its settings say. Default: on.
     pub fn trust_durable_nodes(mut self, on: bool) -> Self {
         self.config.trust_durable_nodes = on;
         self
@@ -84,8 +93,11 @@ impl RedlockBuilder {
     /// back otherwise (it may be the node that lost its data). On, it closes
     /// the two gaps the default leaves: a client that first meets the nodes
     /// while every node that remembers the lost incarnation is down, and a
-    /// single node, which has no other node to remember it. The cost: a
-    /// fresh set of nodes makes the first locks wait the grace. Default: off.
+    /// single node, which has no other node to remember it. A node met
+    /// without a data mark, or with one younger than the grace that no
+    /// record holds, is held back likewise (by this client: the mark it
+    /// makes holds no other client back). The cost: a fresh set of nodes
+    /// makes the first locks wait the grace. Default: off.
     pub fn strict_restarts(mut self, on: bool) -> Self {
         self.config.strict_restarts = on;
         self

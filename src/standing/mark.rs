@@ -280,7 +280,11 @@ fn changed_or_held(facts: &MarkFacts<'_>, raw: Vec<u8>, mark: &Mark) -> MarkVerd
     let incarnation = facts.incarnation.unwrap_or_default().to_owned();
     // Its grace was started for this server, since it vouches for it.
     let accounted = !changed && mark.since_ms >= mark.inc_since_ms && mark.since_ms > 0;
-    if (changed && !facts.durable || facts.identity_holds.is_some()) && !accounted {
+    // A durable restart keeps the node's own data: a mark that counted on
+    // these nodes, not one brought from elsewhere.
+    let own = facts.recorded || facts.known.is_some_and(|known| known.id == mark.id);
+    let durable = facts.durable && own;
+    if (changed && !durable || facts.identity_holds.is_some()) && !accounted {
         let new = Mark {
             since_ms: facts.write_ms,
             inc_since_ms: facts.write_ms,
@@ -543,11 +547,23 @@ mod tests {
         let before = present(&mark("m", NOW - 3_600_000, 0, "q/w"));
         let durable = MarkFacts {
             durable: true,
+            recorded: true,
             ..facts(&before)
+        };
+        // A durable configuration on another server's data (a mark that never
+        // counted here) is no durable restart.
+        let brought = MarkFacts {
+            recorded: false,
+            ..durable
         };
         check(&[
             ("changed", facts(&before), Expect::FromNow { lost: false }),
             ("changed, durable", durable, Expect::CountsWriting),
+            (
+                "changed, durable, a mark from elsewhere",
+                brought,
+                Expect::FromNow { lost: false },
+            ),
         ]);
         let MarkVerdict::Recovering {
             write: Some(write), ..
@@ -617,6 +633,7 @@ mod tests {
         };
         let verdict = judge_mark(&MarkFacts {
             durable: true,
+            recorded: true,
             ..facts(&running)
         });
         assert!(

@@ -7,10 +7,11 @@
 //!   probe since; it is not even asked (one more request would only pile up
 //!   behind a frozen server: see `node/`);
 //! - **recovering**: the server behind it changed (it restarted, or a
-//!   replica took over as primary: a failover) and may have lost keys; it
-//!   *is* asked (so that it learns the locks taken meanwhile, and its keys
-//!   are released like any other), but its grants do not count until the
-//!   grace has passed since it came back.
+//!   replica took over as primary: a failover), or its data went (its data
+//!   mark, below, is gone or replaced: [`NotCounted::DataLost`]), and it
+//!   may have lost keys; it *is* asked (so that it learns the locks taken
+//!   meanwhile, and its keys are released like any other), but its grants
+//!   do not count until the grace has passed since that was first seen.
 //!
 //! Not counting a vote can only withhold a lock, never grant one.
 //!
@@ -26,9 +27,13 @@
 //! prefix followed by [`RECORD_SUFFIX`] and `:v2`; and their bare `run_id`s
 //! under the key prefix followed by [`RECORD_SUFFIX`], the record that
 //! clients from before incarnations read and write, so that clients of both
-//! kinds can share the nodes during an upgrade), and `SADD`s to that record
-//! the incarnations this client knows to count, with the client's `SCRIPT
-//! LOAD`s. The node is judged from the answers.
+//! kinds can share the nodes during an upgrade), then the data's part
+//! (`evidence.rs`: `GET` of its data mark, `SMEMBERS` of the record of
+//! marks that counted, `INFO memory`, the merge of the node set's settings;
+//! all below), `TIME`, the notes of clock steps, and `SADD`s to the records
+//! of the incarnations and marks this client knows to count, with the
+//! client's `SCRIPT LOAD`s. The node is judged from the answers: by what
+//! its server says of itself (the rules below), then by its data mark.
 //!
 //! An **incarnation** is a server's `run_id` with its replication id
 //! (`run_id/master_replid`, see [`Identity::incarnation`]): a restart gives
@@ -53,15 +58,24 @@
 //! The same checks find misconfigurations: the same server listed twice
 //! (two URLs, one `run_id`) would cast two votes and count twice in the
 //! quorum size; a replica cannot hold a lock and loses what it replicates on
-//! failover. Either refuses locking with [`Error::Misconfigured`].
+//! failover; a node whose memory policy can evict keys (a `maxmemory` with
+//! any `maxmemory-policy` but `noeviction`, from `INFO memory`: the
+//! `volatile-*` policies evict keys with a TTL, lock keys first) loses a
+//! held lock's key with nothing to show it, unless
+//! [`allow_eviction`](crate::RedlockBuilder::allow_eviction) takes it at
+//! that risk. Each refuses locking with [`Error::Misconfigured`], naming the
+//! nodes and the setting.
 //!
 //! **A node that refuses a check command** (an ACL user without the
 //! permission, a renamed command, a proxy that lacks it) *is counted*, with a
 //! warning that names the node and its reply: it answers, so it can hold a
 //! lock, and refusing it would make such deployments unusable. What is lost
 //! is the check: without `INFO` no duplicate, and no restart, is detected on
-//! that node; without `CONFIG` the node is taken as not durable; a refused
-//! record leaves its incarnations unrecorded there.
+//! that node (its data mark still shows a loss of its data); without
+//! `CONFIG` the node is taken as not durable; without `INFO memory` its
+//! eviction policy is unknown; a refused record leaves its incarnations
+//! unrecorded there; a refused mark leaves the node judged by its server
+//! alone.
 //!
 //! # Restarts and failovers: the judgment
 //!
@@ -73,8 +87,10 @@
 //! replication id), so it may lack writes that the server it replaced
 //! acknowledged, whatever its own persistence, and its uptime says nothing
 //! of how long it has served as primary. `G`, the grace, is
-//! `max(restart_grace, the longest TTL this client has used)` plus the
-//! drift allowance on it. `restart_grace` zero switches the protection off.
+//! `max(restart_grace, the longest TTL this client has used, the longest
+//! grace any client recorded on the nodes)` plus the drift allowance on it
+//! (see "Settings of the node set"). `restart_grace` zero switches the
+//! protection off, the data mark with it.
 //!
 //! On each check the node is judged ([`judge`], a pure function), in this
 //! order:
@@ -114,6 +130,8 @@
 //! Redis reports uptime as a difference of whole-second wall-clock
 //! readings, which can exceed the true uptime by almost a second, so this
 //! is never earlier than the true start, and the grace is never cut short.
+//! Where the node has a data mark (below), the mark's judgment follows and
+//! decides, and a grace runs from when the mark says.
 //!
 //! # Safety argument
 //!
@@ -123,8 +141,10 @@
 //! factor, and a node's wall clock does not step forward unseen (which would
 //! also expire its keys early, and inflate its uptime: `clock.rs` holds back
 //! a node whose clock is seen to step); a node loses keys only by
-//! a change of server (a restart, a promotion), not by `FLUSHALL` or
-//! eviction; a node judged durable keeps every acknowledged write; one
+//! a change of server (a restart, a promotion) or with its data mark (see
+//! "Evidence in the data": `FLUSHALL`, an empty restart, a resync), not by
+//! eviction (refused, see above); a node judged durable keeps every
+//! acknowledged write, or comes back without its mark; one
 //! address leads to one primary at a time (the old primary is gone, or
 //! unreachable through it, once the address moved); a server that takes
 //! over an address as primary is a promoted replica (or the old server
@@ -181,6 +201,133 @@
 //! only removes its own vote: the quorum is still a majority of *all*
 //! nodes, so a lock needs a quorum of nodes that count.
 //!
+//! # Evidence in the data: the data mark
+//!
+//! A server's word about itself is not evidence about its data: the keys go
+//! while `run_id`, replication ids and `appendonly` stay (`FLUSHALL`, an
+//! empty disk under a durable configuration, `REPLICAOF` another server on
+//! connections that stay open), and the word changes while nothing was lost
+//! (a primary restarted from its own snapshot reports `master_replid2`). So
+//! each node carries a **data mark**, a key without a TTL under the key
+//! prefix followed by [`RECORD_SUFFIX`] and `:mark`, that goes when the
+//! node's data goes: `id born since inc_since incarnation` (`mark.rs`), a
+//! random 64-bit id first, then times by the node's own clock (ms): when
+//! the mark was made, since when a possible loss under it is waited out
+//! (0: none), when the server incarnation it vouches for was written.
+//!
+//! **Read with every grant.** Every vote that can grant a new key reads the
+//! mark's id after its grant, in the same request or batch (`GETRANGE` of
+//! its first 16 bytes, before the clock's reading: `witness.rs`, `batch.rs`;
+//! no round trip is added), and the background reading reads it with each
+//! node's clock about once a second (`mark_watch.rs`). A grant counts only
+//! where the id read after it is the one this client's check took; any
+//! other answer (no mark, another id, a key of another type) makes that
+//! vote and every later one not count at once, tells the locks held on the
+//! node ([`LostReason::DataLost`](crate::LostReason::DataLost)), and checks
+//! the node again on a new connection.
+//!
+//! **Judged at every check** (`judge_mark` in `mark.rs`, a pure function,
+//! after the identity rules; `mark_check.rs` puts in place the mark it asks
+//! for, by compare and set: where another client wrote first, the check
+//! judges what it wrote). In this order:
+//! - D1. the mark this client knew is gone or replaced: the data went;
+//! - D2. another node carries the same mark: one took the other's data;
+//! - D3. the mark is missing, or younger than `G` and in no record of marks
+//!   that counted (the set under [`RECORD_SUFFIX`] and `:marks`, kept as the
+//!   records of incarnations are, and read from every node once every first
+//!   check has read its node), while some record holds a mark that no node
+//!   has now: this node may be the one that lost it;
+//!
+//!   in these three, the node is *recovering* ([`NotCounted::DataLost`]):
+//!   under a new mark whose grace starts now, or under the mark another
+//!   client already made for the loss (made for a loss, within its grace,
+//!   for the server there now), whose grace binds this client too;
+//! - D4. no mark and nothing lost (a brand-new node): a mark is made with
+//!   nothing to wait out, and the node counts, unless the identity rules
+//!   hold it (then the new mark starts its grace now) or strict mode does
+//!   (this client's own hold: the mark stays clean for the others);
+//! - D5. the server changed since the mark vouched for it: a durable one
+//!   whose mark counted on these nodes (known, or recorded: not one brought
+//!   with another server's data) counts, the mark now vouching for it (a
+//!   grace it holds goes on); any
+//!   other, and any node the identity rules hold back for what they read (a
+//!   change seen, a promotion, an incarnation that counted gone: not strict
+//!   mode's own hold), is held back from now, written in the mark (`since`,
+//!   `inc_since` and the incarnation), unless the mark already holds a grace
+//!   started for this very server (`since ≥ inc_since`): then that grace
+//!   decides, and once it is over the node counts, however many clients
+//!   meet it for the first time afterwards;
+//! - D6. a grace the mark holds that has not ended binds this client (another
+//!   client saw something); in strict mode a mark younger than `G` in no
+//!   record is held back by this client; otherwise the node counts.
+//!
+//! **The earliest sight, written by the node's clock.** A grace that starts
+//! at a check is written into the mark as the node's `TIME` at that check,
+//! so every client, one that lives for a single CLI call included, counts it
+//! from the first client's sight, not its own. Where the node's clock reads
+//! behind the lower median of the other nodes' and this client's (a server
+//! started before NTP's first step), it is written that much later, so that
+//! a clock set right afterwards does not cut the grace short.
+//!
+//! *Assumes*, besides the above: a node's data and its mark go together
+//! (every way a node loses its keys, but eviction and a server change that
+//! keeps the mark, takes the mark too: `FLUSHALL`/`FLUSHDB`, an empty start
+//! whatever the configuration, a resync from another server, the mark's own
+//! eviction under `allkeys-*`); a node's clock does not step forward unseen
+//! between the writing of a grace's start and its end (`clock.rs` holds a
+//! stepped node back, and its notes hold it back for fresh clients).
+//!
+//! *Claim*: a counted grant for lock `B` is never given by a node `n` whose
+//! data went after it granted lock `A`, still valid. `A`'s grant counted, so
+//! its witness read `n`'s mark `m` after it; the loss, after that, took `m`.
+//! `B`'s grant counts only if its witness read the mark its client's check
+//! of `n` took, so that check came after the loss and read a mark other than
+//! `m`, or none. If `B`'s client knew `m`, D1 held `n` back from that check.
+//! If not: `m` counted, so it was recorded on every node `A`'s client reached
+//! (as incarnations are, above), and D3 holds a missing or young unrecorded
+//! mark back while any record `B`'s client read holds `m`; a mark older than
+//! `G` was not made after the loss unless a grace of `G` was written in it
+//! (D1–D3 write one), and the grace of a mark written after the loss runs
+//! from after the loss. Either way `n` counts for `B` only from at least `G`
+//! after the loss, after `A`'s validity. When the grant's witness read the
+//! mark before the loss (the loss came between `A`'s witness and `B`'s
+//! check), the same holds: only the loss's time matters.
+//!
+//! *Limits*, as for the identity rules: a client whose first contact comes
+//! after every node that recorded `m` lost its data or is down (every node
+//! emptied at once looks like a new set), and a **single node** met by a
+//! fresh client after it lost its data, are counted (strict mode holds such
+//! a node back; a client that knew the mark does not count it).
+//!
+//! What stays **uncovered** by the mark: a snapshot restart that kept the
+//! mark but lost later keys (the identity rules' job: a new `run_id`); a VM
+//! or disk rolled back with its data (mark and server as they were, keys
+//! lost since); a key evicted while its mark stays (eviction is refused
+//! unless allowed); a grace started by a short-lived client just before the
+//! node's clock stepped forward, with no long-lived client reading the node
+//! to see the step; a node whose ACL refuses the mark's key (judged by its
+//! server alone, with a warning); a Redis Cluster node (its keys live on
+//! several primaries: no one mark covers them; the identity rules apply).
+//!
+//! # Settings of the node set
+//!
+//! The clock tolerance and the grace change what a lock's validity means,
+//! so they are the node set's, not one client's: every check merges this
+//! client's tolerance and grace into a hash on the node (the key prefix,
+//! [`RECORD_SUFFIX`] and `:settings`: the smallest and the largest tolerance
+//! in use, the longest grace; `settings.rs`), and reads what is there. A
+//! client **shortens every validity by the largest tolerance** it has read
+//! (or its own, if larger), **judges clock steps by the smallest**, and holds
+//! nodes back for the longest grace. *Claim*: no client counts a step that a
+//! holder's validity was not shortened by. Two clients `h` (holding) and `j`
+//! (judging) that share a node each merged their tolerance there before
+//! their first lock; one of the two merges came second and read the other's:
+//! if `h`'s, `h` shortens by at least `j`'s tolerance; if `j`'s, `j` judges by
+//! at most `h`'s. A client with clocks not watched (tolerance zero) records
+//! none, and judges nothing. Settings only grow (or, the smallest tolerance,
+//! shrink): to change the tolerance everywhere, delete the key once no client
+//! uses the old value (see `docs/operations.md`).
+//!
 //! # A Redis Cluster node
 //!
 //! A cluster node's connection is one reading of its topology with a
@@ -226,15 +373,21 @@
 //!
 //! # The files
 //!
-//! From the bottom up: `judge.rs`, the judgment above as a pure function
-//! (with a test per rule); `identity.rs`, what a check reads of a server
-//! and what it shows misconfigured; `record.rs`, the record's keys and
-//! the errands the standings send the nodes; `table.rs`, the table of
-//! every node's standing that rounds read; `recovery.rs`, a node's way
-//! back to counting (recording, the end of a grace); `clock_hold.rs`, the
-//! holding back of a node whose clock stepped; `first_contact.rs`, the
-//! first check of every node before a client's first lock; `check.rs`,
-//! the check of each connection.
+//! From the bottom up: `answers.rs`, reading a check's answers; `mark.rs`,
+//! the data mark and its judgment as a pure function (with a test per
+//! rule); `record.rs`, the records' and the mark's keys and the errands the
+//! standings send the nodes; `evidence.rs`, what a check reads of the data
+//! (the mark, the record of marks, the memory policy, the settings);
+//! `identity.rs`, what a check reads of a server and what it shows
+//! misconfigured; `judge.rs`, the identity rules as a pure function (with a
+//! test per rule); `settings.rs`, the node set's settings as read;
+//! `table.rs`, the table of every node's standing that rounds read;
+//! `recovery.rs`, a node's way back to counting (recording, the end of a
+//! grace); `clock_hold.rs`, the holding back of a node whose clock stepped;
+//! `first_contact.rs`, the first check of every node before a client's
+//! first lock; `check.rs`, the check of each connection, with
+//! `mark_check.rs`, its judgment by the mark; `mark_watch.rs`, the mark
+//! read with every grant.
 
 mod answers;
 mod check;
