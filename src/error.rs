@@ -96,7 +96,7 @@ pub enum BuildError {
 /// - `LockLost { reason }`: `Expired`, `ExtensionRefused` (a quorum no longer holds
 ///   our token), `Unreachable` (too few nodes answered), `LimitReached`.
 /// - `ReleaseUnconfirmed`: too few nodes answered an `unlock`; keys expire by TTL.
-/// - `Misconfigured`: found at first contact (see below); locking is refused.
+/// - `Misconfigured`: found at a node's check (see below); locking is refused.
 /// - The call's input: `InvalidTtl`, `InvalidResource` (`is_invalid_input()`);
 ///   `NoRuntime` outside tokio.
 ///
@@ -219,9 +219,13 @@ pub enum Error {
         source: Option<NodeError>,
     },
 
-    /// The nodes are misconfigured: the same server listed twice, or a node
-    /// that is not an independent master. Found at first contact; locking is
-    /// refused until the client is rebuilt with a correct node list.
+    /// The nodes are misconfigured: the same server listed twice, a node
+    /// that is not an independent master, or a node whose memory policy can
+    /// evict lock keys (`maxmemory` with a `maxmemory-policy` other than
+    /// `noeviction`; see
+    /// [`RedlockBuilder::allow_eviction`](crate::RedlockBuilder::allow_eviction)).
+    /// Found at a node's check (first contact, or a new connection); locking
+    /// is refused until the client is rebuilt with correct nodes.
     #[error("misconfigured lock nodes: {reason}")]
     Misconfigured {
         /// What is wrong, naming the nodes.
