@@ -374,3 +374,19 @@ async fn the_status_shows_a_loss_of_data_and_a_refusal() {
         "{status}"
     );
 }
+
+/// With clocks not watched (`clock_tolerance(0)`), the background reading
+/// still reads every node's data mark: a holder is told of a `FLUSHALL`
+/// under it within seconds, with no grant on the node to show it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_is_told_of_a_loss_with_clocks_not_watched() {
+    let nodes = support::servers(3);
+    let a_client = builder(urls(&nodes))
+        .clock_tolerance(Duration::ZERO)
+        .build()
+        .unwrap();
+    let a = holder_on_nodes_0_and_1(&nodes, &a_client).await;
+    let lost = a.lost();
+    nodes[1].flushall();
+    told(&a, lost).await;
+}

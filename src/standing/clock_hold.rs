@@ -93,9 +93,9 @@ pub(super) async fn end_clock_hold(
 /// read by a vote meanwhile is not read again).
 pub(super) const WATCH_EVERY: Duration = Duration::from_secs(1);
 
-/// The background reading of the nodes' clocks (see `clock.rs`): every
-/// [`WATCH_EVERY`], each connected node not read since is read. Ends with
-/// the client.
+/// The background reading of the nodes' clocks (see `clock.rs`) and data
+/// marks (`mark_watch.rs`): every [`WATCH_EVERY`], each connected node not
+/// read since is read. Ends with the client.
 pub(super) async fn watch_clocks(weak: Weak<Standings>) {
     loop {
         tokio::time::sleep(WATCH_EVERY).await;
@@ -413,7 +413,9 @@ impl Standings {
     /// Starts the background reading of the nodes' clocks (once; see
     /// `clock.rs`), as a task that ends with the client.
     pub(super) fn start_clock_watch(&self) {
-        if self.clock_on() && !self.watching.swap(true, Ordering::AcqRel) {
+        // The data marks are read with the clocks (see `mark_watch.rs`).
+        let watched = self.clock_on() || !self.policy.grace.is_zero();
+        if watched && !self.watching.swap(true, Ordering::AcqRel) {
             tasks::spawn(watch_clocks(self.me.clone()));
         }
     }
