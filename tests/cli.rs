@@ -457,10 +457,7 @@ fn status_shows_a_restarted_node_as_recovering() {
     nodes[1].restart();
     let out = output(quorlock(&nodes).args(["status", "--resource", "cli:restart"]));
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let line = text
-        .lines()
-        .find(|line| line.contains(&format!("127.0.0.1:{}", nodes[1].port())))
-        .unwrap_or_else(|| panic!("no line for node 1:\n{text}"));
+    let line = node_line(&text, &nodes[1]);
     // It came back empty: its data mark, recorded on the other nodes by
     // the first status, is gone.
     assert!(
@@ -475,6 +472,13 @@ fn status_shows_a_restarted_node_as_recovering() {
         "0s",
     ]));
     assert!(!String::from_utf8_lossy(&out.stdout).contains("does not count"));
+}
+
+/// The line of `quorlock status`'s text about `node`.
+fn node_line<'a>(text: &'a str, node: &RedisServer) -> &'a str {
+    text.lines()
+        .find(|line| line.contains(&format!("127.0.0.1:{}", node.port())))
+        .unwrap_or_else(|| panic!("no line for node {}:\n{text}", node.port()))
 }
 
 /// `quorlock status` shows a node whose data went (`FLUSHALL`: its data
@@ -494,10 +498,7 @@ fn status_shows_a_loss_of_data_and_a_refusal() {
     assert!(!status(&nodes, false).contains("does not count"));
     nodes[1].flushall();
     let text = status(&nodes, false);
-    let line = text
-        .lines()
-        .find(|line| line.contains(&format!("127.0.0.1:{}", nodes[1].port())))
-        .unwrap_or_else(|| panic!("no line for node 1:\n{text}"));
+    let line = node_line(&text, &nodes[1]);
     assert!(
         line.contains("does not count: recovering from a loss of data"),
         "{text}"

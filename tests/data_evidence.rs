@@ -81,6 +81,28 @@ async fn told(a: &LockGuard, lost: impl std::future::Future<Output = Error>) {
     assert!(Instant::now() < a.valid_until());
 }
 
+/// The hazard's sequence with `fault` done to node 1: a client that knew
+/// the nodes (made by `make`, as every client here), holder A, the fault;
+/// then the client that knew them and a fresh one are refused while A is
+/// valid, and A is told.
+async fn no_second_holder_after(
+    nodes: &mut [RedisServer],
+    make: impl Fn(&[RedisServer]) -> Redlock,
+    fault: impl FnOnce(&mut RedisServer),
+) {
+    let knew = make(nodes);
+    lock_once(&knew, RESOURCE, TTL).await;
+    let a_client = make(nodes);
+    let a = holder_on_nodes_0_and_1(nodes, &a_client).await;
+    let lost = a.lost();
+    fault(&mut nodes[1]);
+    assert!(nodes[1].get(a.key()).is_none(), "node 1 lost A's key");
+    refused_while_a_is_valid(&knew, &a, Duration::from_secs(2), "a client that knew it").await;
+    let fresh = make(nodes);
+    refused_while_a_is_valid(&fresh, &a, Duration::from_secs(1), "a fresh client").await;
+    told(&a, lost).await;
+}
+
 /// 1. A node configured durable (`appendonly yes`, `appendfsync always`)
 /// comes back with an empty data directory: its configuration says it
 /// kept every key, its data says it kept none. No second holder, for a
@@ -89,22 +111,7 @@ async fn told(a: &LockGuard, lost: impl std::future::Future<Output = Error>) {
 async fn a_durable_node_back_empty_gives_no_second_holder() {
     let aof = ["--appendonly", "yes", "--appendfsync", "always"];
     let mut nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_with(&aof)).collect();
-    let knew = client(&nodes);
-    lock_once(&knew, RESOURCE, TTL).await;
-    let a_client = client(&nodes);
-    let a = holder_on_nodes_0_and_1(&nodes, &a_client).await;
-    let lost = a.lost();
-    nodes[1].restart_empty();
-    assert!(nodes[1].get(a.key()).is_none(), "node 1 came back empty");
-    refused_while_a_is_valid(&knew, &a, Duration::from_secs(2), "a client that knew it").await;
-    refused_while_a_is_valid(
-        &client(&nodes),
-        &a,
-        Duration::from_secs(1),
-        "a fresh client",
-    )
-    .await;
-    told(&a, lost).await;
+    no_second_holder_after(&mut nodes, client, RedisServer::restart_empty).await;
 }
 
 /// The control: with durable nodes trusted off, the same sequence gives no
@@ -240,22 +247,8 @@ async fn clients_with_different_clock_tolerances_give_no_second_holder() {
 /// A is told.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flushall_gives_no_second_holder() {
-    let nodes = support::servers(3);
-    let knew = client(&nodes);
-    lock_once(&knew, RESOURCE, TTL).await;
-    let a_client = client(&nodes);
-    let a = holder_on_nodes_0_and_1(&nodes, &a_client).await;
-    let lost = a.lost();
-    nodes[1].flushall();
-    refused_while_a_is_valid(&knew, &a, Duration::from_secs(2), "a client that knew it").await;
-    refused_while_a_is_valid(
-        &client(&nodes),
-        &a,
-        Duration::from_secs(1),
-        "a fresh client",
-    )
-    .await;
-    told(&a, lost).await;
+    let mut nodes = support::servers(3);
+    no_second_holder_after(&mut nodes, client, |node| node.flushall()).await;
 }
 
 /// 5b. A node whose memory policy evicts keys (`maxmemory` with
@@ -306,22 +299,11 @@ async fn an_empty_restart_is_seen_without_info() {
     let acl = user_without_info("locker", "secret");
     let acl: Vec<&str> = acl.iter().map(String::as_str).collect();
     let mut nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_with(&acl)).collect();
-    let as_locker = |nodes: &[RedisServer]| -> Vec<String> {
-        nodes
-            .iter()
-            .map(|n| url_as(n, "locker", "secret"))
-            .collect()
+    let as_locker = |nodes: &[RedisServer]| {
+        let urls = nodes.iter().map(|n| url_as(n, "locker", "secret"));
+        builder(urls.collect()).build().unwrap()
     };
-    let knew = builder(as_locker(&nodes)).build().unwrap();
-    lock_once(&knew, RESOURCE, TTL).await;
-    let a_client = builder(as_locker(&nodes)).build().unwrap();
-    let a = holder_on_nodes_0_and_1(&nodes, &a_client).await;
-    let lost = a.lost();
-    nodes[1].restart_empty();
-    refused_while_a_is_valid(&knew, &a, Duration::from_secs(2), "a client that knew it").await;
-    let fresh = builder(as_locker(&nodes)).build().unwrap();
-    refused_while_a_is_valid(&fresh, &a, Duration::from_secs(1), "a fresh client").await;
-    told(&a, lost).await;
+    no_second_holder_after(&mut nodes, as_locker, RedisServer::restart_empty).await;
 }
 
 /// What a status shows of each new reason: a node that lost its data,

@@ -8,12 +8,7 @@
 //! (the TTL) waited out before the next fault. Without the restart
 //! protection, a second holder can take the lock on r and the thawed nodes.
 
-use std::time::Duration;
-
-use rand::RngExt;
-use redis::AsyncCommands;
-
-use super::{AnyError, Report, TTL};
+use super::{AnyError, BareQuorum, Report};
 use crate::support::RedisServer;
 
 /// How every node of a data-loss run starts: durable, as its operator
@@ -47,45 +42,14 @@ pub async fn lose_data(
     checker: &mut redis::aio::MultiplexedConnection,
     report: &mut Report,
 ) -> Result<(), AnyError> {
-    let (first, pause_ms, after_ms) = {
-        let mut rng = rand::rng();
-        (
-            rng.random_range(0..5),
-            rng.random_range(100..300),
-            rng.random_range(100..300),
-        )
-    };
-    let (r, f1, f2) = (first, (first + 1) % 5, (first + 2) % 5);
     let loss = Loss::nth(report.data_losses.iter().sum());
-    nodes[f1].pause();
-    nodes[f2].pause();
-    let before: u64 = checker
-        .get::<_, Option<u64>>("chaos:acquired")
-        .await?
-        .unwrap_or_default();
-    tokio::time::sleep(Duration::from_millis(pause_ms)).await;
-    // The holder of the moment stays in its critical section.
-    let _: () = checker.set("chaos:hold-on", 1).await?;
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    match loss {
+    let hazard = BareQuorum::run(nodes, checker, report, |nodes, r| match loss {
         Loss::Flushall => nodes[r].flushall(),
         Loss::EmptyRestart => nodes[r].restart_empty(),
         Loss::Resync => nodes[r].resync_from(empty),
-    }
-    nodes[f1].resume();
-    nodes[f2].resume();
-    report.freezes += 2;
+    })
+    .await?;
     report.data_losses[loss as usize] += 1;
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let _: () = checker.del("chaos:hold-on").await?;
-    tokio::time::sleep(Duration::from_millis(after_ms)).await;
-    let after: u64 = checker
-        .get::<_, Option<u64>>("chaos:acquired")
-        .await?
-        .unwrap_or_default();
-    report.acquired_during_minority_faults += after - before;
-    // The node recovers (the grace is the TTL) before the next fault, so
-    // that a quorum of counted nodes remains.
-    tokio::time::sleep(TTL + Duration::from_millis(after_ms)).await;
-    Ok(())
+    tokio::time::sleep(hazard.after).await;
+    hazard.end(checker, report).await
 }

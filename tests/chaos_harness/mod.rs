@@ -695,30 +695,15 @@ pub async fn run(
             continue;
         }
         if plan.restarts == Restarts::Immediate {
-            // The hazard: nodes f1 and f2 frozen, so holders hold a bare
-            // quorum that includes node r; r killed and restarted empty at
-            // once; f1 and f2 thawed right after.
-            let first = rng.random_range(0..5);
-            let (r, f1, f2) = (first, (first + 1) % 5, (first + 2) % 5);
-            nodes[f1].pause();
-            nodes[f2].pause();
-            let before = acquired(&mut checker).await?;
-            tokio::time::sleep(Duration::from_millis(rng.random_range(100..300))).await;
-            // The holder of the moment stays in its critical section.
-            let _: () = checker.set("chaos:hold-on", 1).await?;
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            nodes[r].restart();
-            nodes[f1].resume();
-            nodes[f2].resume();
-            report.freezes += 2;
+            // The hazard: under a bare quorum that includes node r, r
+            // killed and restarted empty at once.
+            let hazard = BareQuorum::run(&mut nodes, &mut checker, &mut report, |nodes, r| {
+                nodes[r].restart()
+            })
+            .await?;
             report.kills += 1;
-            tokio::time::sleep(Duration::from_millis(400)).await;
-            let _: () = checker.del("chaos:hold-on").await?;
-            tokio::time::sleep(Duration::from_millis(rng.random_range(50..150))).await;
-            report.acquired_during_minority_faults += acquired(&mut checker).await? - before;
-            // The restarted node recovers (the grace is the TTL) before the
-            // next fault, so that a quorum of counted nodes remains.
-            tokio::time::sleep(TTL + Duration::from_millis(rng.random_range(100..300))).await;
+            tokio::time::sleep(hazard.after / 2).await;
+            hazard.end(&mut checker, &mut report).await?;
             continue;
         }
         // A minority fault: one or two nodes, frozen or killed.
@@ -761,53 +746,97 @@ pub async fn run(
     Ok(report)
 }
 
-/// The clock-step hazard (see the module docs): nodes f1 and f2 frozen, so
-/// holders hold a bare quorum that includes node c; c's clock stepped 30 s
-/// forward while the holder of the moment stays inside; f1 and f2 thawed
-/// right after; c's clock set right 3 s later (every client has read it by
-/// then); then the grace (the TTL) waited out before the next fault.
+/// A hazard's frame under a bare quorum: nodes f1 and f2 frozen (so
+/// holders hold a bare quorum of the other three), then, while the holder
+/// of the moment stays in its critical section, `fault` done to node `r`,
+/// one of those three; f1 and f2 thawed right after; the holder let go
+/// 400 ms later.
+pub(super) struct BareQuorum {
+    /// The acquisitions before the fault.
+    pub(super) before: u64,
+    /// A random pause, 100 to 300 ms, for the caller's wait after it.
+    pub(super) after: Duration,
+}
+
+impl BareQuorum {
+    /// Runs the frame (see [`BareQuorum`]) with `fault`, given the nodes
+    /// and `r`.
+    pub(super) async fn run(
+        nodes: &mut [RedisServer],
+        checker: &mut redis::aio::MultiplexedConnection,
+        report: &mut Report,
+        fault: impl FnOnce(&mut [RedisServer], usize),
+    ) -> Result<BareQuorum, AnyError> {
+        let (first, pause_ms, after_ms) = {
+            let mut rng = rand::rng();
+            (
+                rng.random_range(0..5),
+                rng.random_range(100..300),
+                rng.random_range(100..300),
+            )
+        };
+        let (r, f1, f2) = (first, (first + 1) % 5, (first + 2) % 5);
+        nodes[f1].pause();
+        nodes[f2].pause();
+        let before = acquired_so_far(checker).await?;
+        tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+        // The holder of the moment stays in its critical section.
+        let _: () = checker.set("chaos:hold-on", 1).await?;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        fault(nodes, r);
+        nodes[f1].resume();
+        nodes[f2].resume();
+        report.freezes += 2;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let _: () = checker.del("chaos:hold-on").await?;
+        Ok(BareQuorum {
+            before,
+            after: Duration::from_millis(after_ms),
+        })
+    }
+
+    /// Counts the acquisitions since the fault as made during it, then
+    /// waits the grace (the TTL) out before the next fault, so that a
+    /// quorum of counted nodes remains.
+    pub(super) async fn end(
+        self,
+        checker: &mut redis::aio::MultiplexedConnection,
+        report: &mut Report,
+    ) -> Result<(), AnyError> {
+        report.acquired_during_minority_faults += acquired_so_far(checker).await? - self.before;
+        tokio::time::sleep(TTL + self.after).await;
+        Ok(())
+    }
+}
+
+/// The acquisitions the workers have counted on the checker.
+async fn acquired_so_far(checker: &mut redis::aio::MultiplexedConnection) -> Result<u64, AnyError> {
+    let acquired: Option<u64> = checker.get("chaos:acquired").await?;
+    Ok(acquired.unwrap_or_default())
+}
+
+/// The clock-step hazard (see the module docs): under a bare quorum, node
+/// r's clock stepped 30 s forward while the holder of the moment stays
+/// inside; r's clock set right 3 s later (every client has read it by
+/// then).
 async fn step_a_clock(
     nodes: &mut [RedisServer],
     clocks: &[Clock],
     checker: &mut redis::aio::MultiplexedConnection,
     report: &mut Report,
 ) -> Result<(), AnyError> {
-    let (first, pause_ms, after_ms) = {
-        let mut rng = rand::rng();
-        (
-            rng.random_range(0..5),
-            rng.random_range(100..300),
-            rng.random_range(100..300),
-        )
-    };
-    let (c, f1, f2) = (first, (first + 1) % 5, (first + 2) % 5);
-    nodes[f1].pause();
-    nodes[f2].pause();
-    let before: u64 = checker
-        .get::<_, Option<u64>>("chaos:acquired")
-        .await?
-        .unwrap_or_default();
-    tokio::time::sleep(Duration::from_millis(pause_ms)).await;
-    let _: () = checker.set("chaos:hold-on", 1).await?;
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    let clock = clocks[c].clone();
-    tokio::task::spawn_blocking(move || clock.set_offset(30_000)).await?;
-    nodes[f1].resume();
-    nodes[f2].resume();
-    report.freezes += 2;
+    let mut stepped = None;
+    let hazard = BareQuorum::run(nodes, checker, report, |_, r| {
+        clocks[r].set_offset(30_000);
+        stepped = Some(clocks[r].clone());
+    })
+    .await?;
     report.clock_steps += 1;
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let _: () = checker.del("chaos:hold-on").await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let clock = clocks[c].clone();
-    tokio::task::spawn_blocking(move || clock.set_offset(0)).await?;
-    let after: u64 = checker
-        .get::<_, Option<u64>>("chaos:acquired")
-        .await?
-        .unwrap_or_default();
-    report.acquired_during_minority_faults += after - before;
-    tokio::time::sleep(TTL + Duration::from_millis(after_ms)).await;
-    Ok(())
+    if let Some(clock) = stepped {
+        tokio::task::spawn_blocking(move || clock.set_offset(0)).await?;
+    }
+    hazard.end(checker, report).await
 }
 
 /// Starts the worker processes: `exe worker_args CHECKER_URL NODE_URL...`.

@@ -4,8 +4,6 @@
 //! keep open, `FLUSHALL`, and memory that evicts. Every wait is on a
 //! condition the server reports, never a fixed sleep.
 
-use std::time::{Duration, Instant};
-
 use super::RedisServer;
 
 /// The files a server's directory keeps across an empty restart: its log,
@@ -47,19 +45,6 @@ impl RedisServer {
         self.spawn_again();
     }
 
-    /// Starts the stopped process again on its port, retrying while the
-    /// port is still held by the one that died.
-    fn spawn_again(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match self.spawn() {
-                Ok(()) => return,
-                Err(err) if Instant::now() > deadline => panic!("restart failed: {err}"),
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
-        }
-    }
-
     /// `REPLICAOF source`, until the first sync has replaced this server's
     /// data with `source`'s, then `REPLICAOF NO ONE`: the resync and
     /// promotion of an operator's mistake or of a failover gone wrong. The
@@ -78,12 +63,7 @@ impl RedisServer {
             "0",
             "the resync's end",
         );
-        let _: () = redis::cmd("REPLICAOF")
-            .arg("NO")
-            .arg("ONE")
-            .query(&mut self.connection())
-            .expect("REPLICAOF NO ONE");
-        self.wait_for("replication", "role", "master", "the promotion");
+        self.promote();
     }
 
     /// `FLUSHALL`: every key gone, the server the same.

@@ -335,6 +335,12 @@ impl RedisServer {
     /// Kills the process and starts a fresh, empty one on the same port.
     pub fn restart(&mut self) {
         self.kill();
+        self.spawn_again();
+    }
+
+    /// Starts the stopped process again on its port, retrying while the
+    /// port is still held by the one that died.
+    pub fn spawn_again(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             match self.spawn() {
