@@ -131,8 +131,8 @@ impl Standings {
                 None => raw(&read),
                 Some(write) => match put_mark(connection, &self.record_keys.mark, write).await? {
                     Put::Done(value) => value,
-                    Put::Found(now) => {
-                        read = now;
+                    Put::Found(found) => {
+                        read = found;
                         continue;
                     }
                 },
