@@ -44,6 +44,36 @@ if redis.call("pttl", KEYS[1]) < hold then
 end
 return 1"#;
 
+/// Reads a node's data mark (see `standing/`), making one where there is
+/// none, in one step, so that no client reads the node without a mark
+/// after another did: `KEYS[1]` the mark, `ARGV[1]` an id for a new one.
+/// Returns `{0, value}` where there is one; else sets `KEYS[1]` (no TTL) to
+/// a clean mark (`id born 0 born incarnation`, by the node's `TIME` in ms,
+/// the incarnation `run_id/master_replid` from `INFO`, empty where `INFO`
+/// is refused) and returns `{1, value}`. Sent with `EVAL` in each check.
+pub(crate) const MARK_READ_CODE: &str = r#"local value = redis.call("get", KEYS[1])
+if value then
+    return {0, value}
+end
+local function field(section, name)
+    local info = redis.pcall("info", section)
+    if type(info) ~= "string" then
+        return nil
+    end
+    return string.match(info, name .. ":(%w+)")
+end
+local run_id = field("server", "run_id")
+local incarnation = ""
+if run_id then
+    local replid = field("replication", "master_replid")
+    incarnation = replid and (run_id .. "/" .. replid) or run_id
+end
+local time = redis.call("time")
+local now = string.format("%d", tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000))
+value = ARGV[1] .. " " .. now .. " 0 " .. now .. " " .. incarnation
+redis.call("set", KEYS[1], value)
+return {1, value}"#;
+
 /// Puts a node's data mark in place (see `standing/`): where `KEYS[1]`
 /// holds `ARGV[1]` (or nothing, for an empty `ARGV[1]`), sets it to
 /// `ARGV[2]` (no TTL) and returns `{1, ARGV[2]}`; else `{0, value}` with

@@ -27,7 +27,7 @@ impl Evidence {
     /// The id of the node's mark, if it has one.
     pub(crate) fn mark_id(&self) -> Option<&str> {
         match &self.mark {
-            MarkRead::Present(_, mark) => Some(&mark.id),
+            MarkRead::Present(_, mark) | MarkRead::Made(_, mark) => Some(&mark.id),
             _ => None,
         }
     }
@@ -78,11 +78,17 @@ pub(crate) struct Asked<'a> {
     pub(crate) grace_ms: u64,
 }
 
-/// Adds the data part of a check to `pipe`: `GET` of the mark, `SMEMBERS`
-/// of the record of marks, `INFO memory`, the settings' merge.
+/// Adds the data part of a check to `pipe`: the read of the mark (made
+/// where there is none, see [`scripts::MARK_READ_CODE`]), `SMEMBERS` of
+/// the record of marks, `INFO memory`, the settings' merge.
 pub(super) fn ask(pipe: &mut Pipeline, asked: &Asked<'_>) {
     match asked.mark {
-        true => pipe.cmd("GET").arg(&*asked.keys.mark),
+        true => pipe
+            .cmd("EVAL")
+            .arg(scripts::MARK_READ_CODE)
+            .arg(1)
+            .arg(&*asked.keys.mark)
+            .arg(Mark::fresh_id()),
         false => pipe.cmd("PING"),
     };
     pipe.cmd("SMEMBERS")
@@ -146,9 +152,17 @@ pub(super) fn read(
     }
 }
 
-/// The mark in the reply to its `GET`.
+/// The mark in the reply to its read (see [`ask`]): `{made, value}`.
 pub(super) fn read_mark(answer: RedisResult<Value>, refused: &mut Vec<String>) -> MarkRead {
     match answer {
+        Ok(Value::Array(items)) => match <[Value; 2]>::try_from(items) {
+            Ok([Value::Int(made), value]) => match read_mark(Ok(value), refused) {
+                MarkRead::Present(raw, mark) if made == 1 => MarkRead::Made(raw, mark),
+                read => read,
+            },
+            Ok(other) => MarkRead::Foreign(format!("{other:?}").into_bytes()),
+            Err(items) => MarkRead::Foreign(format!("{items:?}").into_bytes()),
+        },
         Ok(Value::Nil) => MarkRead::Missing,
         Ok(Value::BulkString(bytes)) => match Mark::parse(&bytes) {
             Some(mark) => MarkRead::Present(bytes, mark),
@@ -238,12 +252,21 @@ mod tests {
     }
 
     #[test]
-    fn a_mark_reads_as_present_missing_foreign_or_refused() {
+    fn a_mark_reads_as_present_made_missing_foreign_or_refused() {
         let mut refused = Vec::new();
         let value = b"0123456789abcdef 1 2 1 r/x".to_vec();
         assert!(matches!(
-            read_mark(Ok(Value::BulkString(value)), &mut refused),
+            read_mark(Ok(Value::BulkString(value.clone())), &mut refused),
             MarkRead::Present(_, mark) if mark.incarnation == "r/x"
+        ));
+        let reply = |made| Value::Array(vec![Value::Int(made), Value::BulkString(value.clone())]);
+        assert!(matches!(
+            read_mark(Ok(reply(0)), &mut refused),
+            MarkRead::Present(..)
+        ));
+        assert!(matches!(
+            read_mark(Ok(reply(1)), &mut refused),
+            MarkRead::Made(..)
         ));
         assert_eq!(read_mark(Ok(Value::Nil), &mut refused), MarkRead::Missing);
         assert!(matches!(

@@ -90,6 +90,11 @@ pub(crate) enum MarkRead {
     Refused(String),
     /// There is none.
     Missing,
+    /// There was none, and the check's read made this one (its raw value,
+    /// and the mark in it): clean (nothing to wait out), vouching for the
+    /// server there, made in the same step as the read, so that no other
+    /// client reads the node without a mark after this one did.
+    Made(Vec<u8>, Mark),
     /// There is one (its raw value, and the mark in it).
     Present(Vec<u8>, Mark),
     /// A value there that is not a mark (written by something else): taken
@@ -176,11 +181,14 @@ pub(super) const SERVER_CHANGED: &str =
 /// The judgment of a check by the node's data mark (see the module docs,
 /// "Evidence in the data"), given the identity rules' verdict.
 pub(super) fn judge_mark(facts: &MarkFacts<'_>) -> MarkVerdict {
-    let (raw, mark) = match facts.read {
+    // A mark the read made is judged as none there, and rewritten by
+    // compare and set where the verdict needs another.
+    let (raw, mark, made) = match facts.read {
         MarkRead::Unread | MarkRead::Refused(_) => return MarkVerdict::Blind,
-        MarkRead::Missing => (Vec::new(), None),
-        MarkRead::Foreign(raw) => (raw.clone(), None),
-        MarkRead::Present(raw, mark) => (raw.clone(), Some(mark)),
+        MarkRead::Missing => (Vec::new(), None, None),
+        MarkRead::Foreign(raw) => (raw.clone(), None, None),
+        MarkRead::Made(raw, made) => (raw.clone(), None, Some(made)),
+        MarkRead::Present(raw, mark) => (raw.clone(), Some(mark), None),
     };
     if let Some((why, lost)) = loss(facts, mark) {
         return match mark.filter(|mark| adoptable(facts, mark)) {
@@ -195,24 +203,40 @@ pub(super) fn judge_mark(facts: &MarkFacts<'_>) -> MarkVerdict {
         };
     }
     let Some(mark) = mark else {
-        // No mark and nothing lost: a new node (or one never marked), held
-        // back where the identity rules hold it (for every client) or in
-        // strict mode (for this one).
-        let mut new = fresh(facts);
-        let held = match facts.identity_holds {
-            Some(why) => Some(why),
-            None => {
-                new.since_ms = 0;
-                facts.strict.then_some(STRICT_NEW)
-            }
-        };
-        let write = Some(MarkWrite { old: raw, new });
-        return match held {
-            Some(why) => recovering(why, facts.write_ms + facts.grace_ms, false, write),
-            None => MarkVerdict::Counts { write },
-        };
+        return new_node(facts, raw, made);
     };
     changed_or_held(facts, raw, mark)
+}
+
+/// No mark and nothing lost: a new node (or one never marked), under the
+/// mark the read `made` (else one made now), held back where the identity
+/// rules hold it (for every client: the mark's grace starts now) or in
+/// strict mode (for this client: the mark stays clean).
+fn new_node(facts: &MarkFacts<'_>, raw: Vec<u8>, made: Option<&Mark>) -> MarkVerdict {
+    let until_ms = facts.write_ms + facts.grace_ms;
+    let incarnation = facts.incarnation.unwrap_or_default();
+    // The mark made must vouch for the server as this client reads it.
+    let made = made.filter(|made| made.incarnation == incarnation);
+    let clean = made.cloned().unwrap_or_else(|| Mark {
+        since_ms: 0,
+        ..fresh(facts)
+    });
+    if let Some(why) = facts.identity_holds {
+        let new = Mark {
+            since_ms: facts.write_ms,
+            inc_since_ms: facts.write_ms,
+            ..clean
+        };
+        return recovering(why, until_ms, false, Some(MarkWrite { old: raw, new }));
+    }
+    let write = made.is_none().then_some(MarkWrite {
+        old: raw,
+        new: clean,
+    });
+    match facts.strict {
+        true => recovering(STRICT_NEW, until_ms, false, write),
+        false => MarkVerdict::Counts { write },
+    }
 }
 
 /// Why the data under `mark` (`None`: no mark) may be gone, if it may,
@@ -525,6 +549,60 @@ mod tests {
             ("strict, young", strict(&young), Expect::Adopted),
             ("strict, old", strict(&old), Expect::Counts),
         ]);
+    }
+
+    /// A mark the check's read made (there was none) is judged as none
+    /// there: kept as it is for a new node, replaced (another id) where a
+    /// loss is seen, given a grace (the same id) where the identity rules
+    /// hold the node, and held back by this client alone in strict mode.
+    #[test]
+    fn a_mark_the_read_made_is_judged_as_none_there() {
+        let made = mark("0123456789abcdef", NOW, 0, "r/x");
+        let read = MarkRead::Made(made.value().into_bytes(), made.clone());
+        let known = mark("fedcba9876543210", NOW - 3_600_000, 0, "r/x");
+        check(&[
+            ("new node", facts(&read), Expect::Counts),
+            (
+                "a mark this client knew",
+                MarkFacts {
+                    known: Some(&known),
+                    ..facts(&read)
+                },
+                Expect::FromNow { lost: true },
+            ),
+            (
+                "one vanished",
+                MarkFacts {
+                    vanished: true,
+                    ..facts(&read)
+                },
+                Expect::FromNow { lost: true },
+            ),
+            (
+                "strict",
+                MarkFacts {
+                    strict: true,
+                    ..facts(&read)
+                },
+                Expect::Adopted,
+            ),
+        ]);
+        let held = judge_mark(&MarkFacts {
+            identity_holds: Some("promoted"),
+            ..facts(&read)
+        });
+        let MarkVerdict::Recovering {
+            write: Some(write), ..
+        } = held
+        else {
+            panic!("held back: {held:?}");
+        };
+        assert_eq!((write.new.id, write.new.since_ms), (made.id.clone(), NOW));
+        assert_eq!(write.old, made.value().into_bytes(), "compare and set");
+        // Made for another view of the server: rewritten to vouch for it.
+        let other = mark("0123456789abcdef", NOW, 0, "r");
+        let read = MarkRead::Made(other.value().into_bytes(), other);
+        check(&[("made, another view", facts(&read), Expect::CountsWriting)]);
     }
 
     /// Two nodes with one mark: one took the other's data.

@@ -186,7 +186,7 @@ impl Standings {
         started: Instant,
     ) -> Seen {
         let (id, young) = match read {
-            MarkRead::Present(_, mark) => {
+            MarkRead::Present(_, mark) | MarkRead::Made(_, mark) => {
                 (Some(mark.id.as_str()), mark.born_ms + grace_ms > now.now_ms)
             }
             _ => (None, true),
@@ -294,7 +294,7 @@ fn verdict_write(verdict: &MarkVerdict) -> Option<&MarkWrite> {
 /// The value a read found (empty where none).
 fn raw(read: &MarkRead) -> Vec<u8> {
     match read {
-        MarkRead::Present(raw, _) | MarkRead::Foreign(raw) => raw.clone(),
+        MarkRead::Present(raw, _) | MarkRead::Made(raw, _) | MarkRead::Foreign(raw) => raw.clone(),
         _ => Vec::new(),
     }
 }

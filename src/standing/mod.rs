@@ -28,9 +28,9 @@
 //! under the key prefix followed by [`RECORD_SUFFIX`], the record that
 //! clients from before incarnations read and write, so that clients of both
 //! kinds can share the nodes during an upgrade), then the data's part
-//! (`evidence.rs`: `GET` of its data mark, `SMEMBERS` of the record of
-//! marks that counted, `INFO memory`, the merge of the node set's settings;
-//! all below), `TIME`, the notes of clock steps, and `SADD`s to the records
+//! (`evidence.rs`: the read of its data mark, made in the same step where
+//! there is none, `SMEMBERS` of the record of marks that counted, `INFO
+//! memory`, the merge of the node set's settings; all below), `TIME`, the notes of clock steps, and `SADD`s to the records
 //! of the incarnations and marks this client knows to count, with the
 //! client's `SCRIPT LOAD`s. The node is judged from the answers: by what
 //! its server says of itself (the rules below), then by its data mark.
@@ -226,6 +226,16 @@
 //! node ([`LostReason::DataLost`](crate::LostReason::DataLost)), and checks
 //! the node again on a new connection.
 //!
+//! **Read, or made, at every check**, in one script: where the node has no
+//! mark, the read makes a clean one at once (nothing to wait out, vouching
+//! for the server there), so that no client reads a node without a mark
+//! after another did. Otherwise a client that read a node just before
+//! another made its mark, and another node's record just after the other
+//! recorded it, would take that mark for one that vanished, and hold back a
+//! node that lost nothing (seen: clients meeting a new set moments apart,
+//! `clients_meeting_a_new_set_moments_apart_keep_counting_it`). A mark the
+//! read made is judged as none there.
+//!
 //! **Judged at every check** (`judge_mark` in `mark.rs`, a pure function,
 //! after the identity rules; `mark_check.rs` puts in place the mark it asks
 //! for, by compare and set: where another client wrote first, the check
@@ -242,10 +252,10 @@
 //!   under a new mark whose grace starts now, or under the mark another
 //!   client already made for the loss (made for a loss, within its grace,
 //!   for the server there now), whose grace binds this client too;
-//! - D4. no mark and nothing lost (a brand-new node): a mark is made with
-//!   nothing to wait out, and the node counts, unless the identity rules
-//!   hold it (then the new mark starts its grace now) or strict mode does
-//!   (this client's own hold: the mark stays clean for the others);
+//! - D4. no mark and nothing lost (a brand-new node): the clean mark the
+//!   read made stands, and the node counts, unless the identity rules hold
+//!   it (then the mark's grace starts now) or strict mode does (this
+//!   client's own hold: the mark stays clean for the others);
 //! - D5. the server changed since the mark vouched for it: a durable one
 //!   whose mark counted on these nodes (known, or recorded: not one brought
 //!   with another server's data) counts, the mark now vouching for it (a
