@@ -549,10 +549,17 @@ fn runs_after_a_snapshot_restart_count_the_grace_from_the_first_sight() {
     assert_eq!(run(nodes).status.code(), Some(0), "before the restart");
     primary.restart_from_snapshot();
     let replid2 = primary.info_field("replication", "master_replid2");
-    assert!(
-        replid2.is_some_and(|id| id.bytes().any(|byte| byte != b'0')),
-        "the restarted primary reports master_replid2"
-    );
+    let promoted = replid2.is_some_and(|id| id.bytes().any(|byte| byte != b'0'));
+    if support::is_redis_before_7() {
+        // Redis 6.2 restarts a primary from its snapshot under a new
+        // replication id: a restart, judged so, and held back the same way.
+        support::adapted(
+            "runs_after_a_snapshot_restart_count_the_grace_from_the_first_sight",
+            "Redis before 7.0 keeps no master_replid2 across a restart: a plain restart",
+        );
+    } else {
+        assert!(promoted, "the restarted primary reports master_replid2");
+    }
     let restarted = Instant::now();
     let nodes = std::slice::from_ref(&primary);
     let (mut before, mut after) = (Vec::new(), Vec::new());
