@@ -142,6 +142,10 @@ async fn node_refusing_time_is_counted_with_a_warning() {
             && warning.contains("clock is not watched"),
         "the warning names the node, TIME and the reply: {warning}"
     );
+    assert!(
+        !logs.contains("refusal=GET of the data mark"),
+        "without TIME the data mark is still read and made (by the client's clock):\n{logs}"
+    );
 }
 
 /// A node whose check cannot finish does not count, and the failed lock

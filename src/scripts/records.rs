@@ -48,9 +48,10 @@ return 1"#;
 /// none, in one step, so that no client reads the node without a mark
 /// after another did: `KEYS[1]` the mark, `ARGV[1]` an id for a new one.
 /// Returns `{0, value}` where there is one; else sets `KEYS[1]` (no TTL) to
-/// a clean mark (`id born 0 born incarnation`, by the node's `TIME` in ms,
-/// the incarnation `run_id/master_replid` from `INFO`, empty where `INFO`
-/// is refused) and returns `{1, value}`. Sent with `EVAL` in each check.
+/// a clean mark (`id born 0 born incarnation`, `born` by the node's `TIME`
+/// in ms, or `ARGV[2]` (the client's clock, ms) where `TIME` is refused, the
+/// incarnation `run_id/master_replid` from `INFO`, empty where `INFO` is
+/// refused) and returns `{1, value}`. Sent with `EVAL` in each check.
 pub(crate) const MARK_READ_CODE: &str = r#"local value = redis.call("get", KEYS[1])
 if value then
     return {0, value}
@@ -68,8 +69,11 @@ if run_id then
     local replid = field("replication", "master_replid")
     incarnation = replid and (run_id .. "/" .. replid) or run_id
 end
-local time = redis.call("time")
-local now = string.format("%d", tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000))
+local time = redis.pcall("time")
+local now = ARGV[2]
+if type(time) == "table" and time[2] then
+    now = string.format("%d", tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000))
+end
 value = ARGV[1] .. " " .. now .. " 0 " .. now .. " " .. incarnation
 redis.call("set", KEYS[1], value)
 return {1, value}"#;

@@ -6,7 +6,7 @@
 use redis::{Pipeline, RedisResult, Value};
 
 use super::answers::{info_field, read_record, refusal};
-use super::mark::{Mark, MarkRead};
+use super::mark::{Mark, MarkRead, wall_ms};
 use super::record::RecordKeys;
 use crate::scripts;
 
@@ -88,7 +88,8 @@ pub(super) fn ask(pipe: &mut Pipeline, asked: &Asked<'_>) {
             .arg(scripts::MARK_READ_CODE)
             .arg(1)
             .arg(&*asked.keys.mark)
-            .arg(Mark::fresh_id()),
+            .arg(Mark::fresh_id())
+            .arg(wall_ms()),
         false => pipe.cmd("PING"),
     };
     pipe.cmd("SMEMBERS")

@@ -3,6 +3,8 @@
 //! with every grant; and the judgment of a check by it, a pure function of
 //! what the check read and what this client knew (with a test per rule).
 
+use std::time::{SystemTime, UNIX_EPOCH};
+
 use crate::witness::MARK_ID_LEN;
 
 /// A node's data mark: `id born since inc_since incarnation`, separated by
@@ -65,6 +67,16 @@ impl Mark {
     pub(crate) fn id_bits(&self) -> Option<u64> {
         id_bits(self.id.as_bytes())
     }
+}
+
+/// This client's wall clock, ms since the epoch: the time a mark is judged
+/// and made by where the node refuses `TIME`.
+pub(crate) fn wall_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+        })
 }
 
 /// The 64 bits of a mark id (its [`MARK_ID_LEN`] hex digits), as the

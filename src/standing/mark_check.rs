@@ -6,13 +6,15 @@
 //! what it wrote), and the verdict as the check's.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use redis::Value;
 
 use super::identity::Identity;
 use super::judge::{Judgment, STRICT_YOUNG, Since};
-use super::mark::{GONE, MARKED, Mark, MarkFacts, MarkRead, MarkVerdict, MarkWrite, judge_mark};
+use super::mark::{
+    GONE, MARKED, Mark, MarkFacts, MarkRead, MarkVerdict, MarkWrite, judge_mark, wall_ms,
+};
 use super::table::Standings;
 use crate::answer::NodeErrorKind;
 use crate::changes::Change;
@@ -153,11 +155,7 @@ impl Standings {
     /// The node's time at the check that read `identity` of node `index`.
     fn node_now(&self, index: usize, identity: &Identity) -> NodeNow {
         let Some(reading) = identity.clock else {
-            let wall = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |since| {
-                    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
-                });
+            let wall = wall_ms();
             return NodeNow {
                 now_ms: wall,
                 write_ms: wall,
