@@ -419,3 +419,88 @@ async fn clients_meeting_a_new_set_moments_apart_keep_counting_it() {
         }
     }
 }
+
+/// A node checked while it loads its data after a restart (its append-only
+/// file) answers every check command `LOADING`. That is not the node
+/// refusing a command (an ACL's refusal, which the check does without): a
+/// check that took it so would let the node count without its data mark,
+/// and a later loss of its data would go unseen. Client C first meets the
+/// nodes while node 1 loads (for about 4 s); once node 1 counts for C,
+/// `FLUSHALL` on node 1 under holder A must still keep C from the lock
+/// while A is valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_checked_while_it_loads_still_shows_a_later_loss() {
+    let mut nodes = support::servers(3);
+    // Durable, and slow to load: 40,000 keys at 0.1 ms each, answering
+    // (LOADING) after each 1,024 commands of its append-only file.
+    nodes[1] = RedisServer::start_with(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--key-load-delay",
+        "100",
+    ]);
+    let mut fill = redis::pipe();
+    for i in 0..40_000 {
+        fill.set(format!("filler:{i}"), "x").ignore();
+    }
+    let _: () = fill.query(&mut nodes[1].connection()).unwrap();
+    let node_1 = nodes[1].url();
+    let mut node = std::mem::replace(&mut nodes[1], RedisServer::reserved());
+    node.kill();
+    let restarted = tokio::task::spawn_blocking(move || {
+        node.spawn_again();
+        node
+    });
+    // PING is answered while a server loads; GET is not.
+    let loading = || {
+        redis::Client::open(node_1.as_str())
+            .and_then(|client| client.get_connection_with_timeout(Duration::from_millis(500)))
+            .and_then(|mut connection| {
+                redis::cmd("GET")
+                    .arg("filler:0")
+                    .query::<String>(&mut connection)
+            })
+            .is_err_and(|err| err.code() == Some("LOADING"))
+    };
+    let loading_seen = support::eventually(Duration::from_secs(10), loading);
+    assert!(loading_seen.await, "node 1 never answered LOADING");
+    // C meets the nodes now: its check of node 1 is answered LOADING.
+    let c = builder(vec![nodes[0].url(), node_1.clone(), nodes[2].url()])
+        .build()
+        .unwrap();
+    let loading_until = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < loading_until {
+        if let Ok(guard) = c.try_lock("data:while-loading", TTL).await {
+            let _ = guard.unlock().await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        loading(),
+        "node 1 loaded in under a second: too fast to be met loading"
+    );
+    nodes[1] = restarted.await.unwrap();
+    let loaded = support::eventually(Duration::from_secs(10), || !loading());
+    assert!(loaded.await, "node 1 still loading");
+    let counts_again = Instant::now() + Duration::from_secs(15);
+    loop {
+        let status = c.status(RESOURCE).await.unwrap();
+        if !status.to_string().contains("does not count") || Instant::now() > counts_again {
+            println!("C's view of the nodes:\n{status}");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let a_client = client(&nodes);
+    let a = holder_on_nodes_0_and_1(&nodes, &a_client).await;
+    nodes[1].flushall();
+    refused_while_a_is_valid(
+        &c,
+        &a,
+        Duration::from_secs(2),
+        &format!("a client that met node 1 ({node_1}) while it loaded"),
+    )
+    .await;
+}

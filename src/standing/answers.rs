@@ -46,6 +46,34 @@ pub(super) fn config_value(answer: Option<RedisResult<Value>>) -> Option<String>
     }
 }
 
+/// Whether `err`, a check command's reply, is the node refusing that
+/// command: an ACL's `NOPERM`, a command renamed or disabled (`ERR unknown
+/// command`, `ERR unknown subcommand`, a proxy's `not allowed` or
+/// `disabled`), or a key of another type (`WRONGTYPE`) at a record's
+/// place. The check does without what such a command checks. Any other
+/// error (`LOADING` from a server that is still loading its data, `BUSY`,
+/// `MASTERDOWN`, a lost connection, a timeout) says nothing of what the
+/// node allows: it fails the check, which is tried again, since a node
+/// judged on it would count without what that command checks (its data
+/// mark, above all).
+pub(super) fn is_refusal(err: &RedisError) -> bool {
+    match err.code() {
+        Some("NOPERM" | "WRONGTYPE") => true,
+        Some("ERR") => err.detail().is_some_and(|detail| {
+            let detail = detail.to_ascii_lowercase();
+            [
+                "unknown command",
+                "unknown subcommand",
+                "not allowed",
+                "disabled",
+            ]
+            .iter()
+            .any(|refusal| detail.contains(refusal))
+        }),
+        _ => false,
+    }
+}
+
 /// Notes a check command the node refused, with its reply.
 pub(super) fn refusal(refused: &mut Vec<String>, command: &str, err: &RedisError) {
     let reply = match (err.code(), err.detail()) {
@@ -53,4 +81,43 @@ pub(super) fn refusal(refused: &mut Vec<String>, command: &str, err: &RedisError
         _ => err.to_string(),
     };
     refused.push(format!("{command}: {reply}"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply_error(text: &str) -> RedisError {
+        let reply = format!("-{text}\r\n");
+        match redis::parse_redis_value(reply.as_bytes()) {
+            Ok(Value::ServerError(err)) => RedisError::from(err),
+            other => panic!("not an error reply: {other:?}"),
+        }
+    }
+
+    /// Only what says the node will not run a command is a refusal; a
+    /// server loading its data, busy or without its primary is not.
+    #[test]
+    fn only_a_refusal_is_taken_for_one() {
+        for refusal in [
+            "NOPERM this user has no permissions to run the 'info' command",
+            "ERR unknown command 'CONFIG', with args beginning with: 'GET' ",
+            "ERR unknown subcommand 'GET'. Try CONFIG HELP.",
+            "ERR command not allowed",
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        ] {
+            assert!(is_refusal(&reply_error(refusal)), "{refusal}");
+        }
+        for failure in [
+            "LOADING Redis is loading the dataset in memory",
+            "BUSY Redis is busy running a script",
+            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "ERR Error running script",
+        ] {
+            assert!(!is_refusal(&reply_error(failure)), "{failure}");
+        }
+        let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(!is_refusal(&io));
+    }
 }

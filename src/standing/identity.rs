@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use redis::{RedisError, RedisResult, Value};
 
-use super::answers::{config_value, info_field, read_record, refusal};
+use super::answers::{config_value, info_field, is_refusal, read_record, refusal};
 use super::evidence::{self, Asked, Evidence};
 use crate::clock::Reading;
 use crate::connection::Connection;
@@ -129,6 +129,22 @@ pub(super) fn read_time(
     }
 }
 
+/// `Err` with the first answer that is an error but no refusal (a server
+/// loading its data, say): it fails the check, since a node judged on it
+/// would count without what that command checks. The last `scripts`
+/// answers (the `SCRIPT LOAD`s) only save a round trip later.
+fn no_failure(answers: &[RedisResult<Value>], scripts: usize) -> Result<(), RedisError> {
+    let checked = answers.len().saturating_sub(scripts);
+    match answers[..checked]
+        .iter()
+        .filter_map(|answer| answer.as_ref().err())
+        .find(|err| !is_refusal(err))
+    {
+        Some(failure) => Err(failure.clone()),
+        None => Ok(()),
+    }
+}
+
 /// One server's identity, read with the check's round trip.
 pub(super) async fn read_server(
     connection: &mut redis::aio::MultiplexedConnection,
@@ -136,11 +152,12 @@ pub(super) async fn read_server(
 ) -> Result<Identity, RedisError> {
     let pipe = check_pipeline(asked);
     let sent = Instant::now();
-    let mut answers = pipe
+    let answers = pipe
         .query_async::<Vec<RedisResult<Value>>>(connection)
-        .await?
-        .into_iter();
+        .await?;
     let received = Instant::now();
+    no_failure(&answers, asked.scripts.len())?;
+    let mut answers = answers.into_iter();
     let mut identity = Identity::default();
     match answers.next() {
         Some(Ok(info)) => read_info(&mut identity, info),

@@ -67,9 +67,16 @@
 //! nodes and the setting.
 //!
 //! **A node that refuses a check command** (an ACL user without the
-//! permission, a renamed command, a proxy that lacks it) *is counted*, with a
+//! permission, a renamed command, a proxy that lacks it: `NOPERM`, `ERR
+//! unknown command`, see `answers.rs`) *is counted*, with a
 //! warning that names the node and its reply: it answers, so it can hold a
-//! lock, and refusing it would make such deployments unusable. What is lost
+//! lock, and refusing it would make such deployments unusable. Any other
+//! error in a check's answers (`LOADING` from a server still loading its
+//! data after a restart, which answers `PING`, `INFO` and `TIME` but no
+//! command on keys; `BUSY`; a lost connection) is no refusal: it fails the
+//! check, which is tried again on a new connection. Taken for a refusal, it
+//! would leave the node counting without its data mark, its later losses
+//! of data unseen. What is lost
 //! is the check: without `INFO` no duplicate, and no restart, is detected on
 //! that node (its data mark still shows a loss of its data); without
 //! `CONFIG` the node is taken as not durable; without `INFO memory` its

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use redis::Value;
 
+use super::answers::is_refusal;
 use crate::answer::{NodeError, NodeErrorKind};
 use crate::connection::Connection;
 
@@ -158,7 +159,8 @@ impl fmt::Debug for Recorder {
 
 /// Records `incarnation` (see [`RecordKeys::adds`]) and the data mark
 /// `mark` on a node's own connection. A node that refuses it (an ACL) is
-/// left without it, with a warning: it still counts.
+/// left without it, with a warning: it still counts. Any other error (a
+/// server loading its data) fails the check.
 pub(super) async fn record_incarnation(
     connection: &mut Connection,
     keys: &RecordKeys,
@@ -180,7 +182,7 @@ pub(super) async fn record_incarnation(
     }
     match pipe.query_async::<Value>(connection).await {
         Ok(_) => Ok(()),
-        Err(err) if err.code().is_some() => {
+        Err(err) if is_refusal(&err) => {
             tracing::warn!(
                 node = %name,
                 error = %err,
