@@ -23,6 +23,8 @@ pub mod clock;
 
 pub mod data_faults;
 
+pub mod netns;
+
 mod logs;
 #[allow(unused_imports)]
 pub use logs::capture_logs;
@@ -84,6 +86,11 @@ pub struct RedisServer {
     env: Vec<(String, String)>,
     /// Listens with TLS only: readiness is an open port, not a PING.
     tls: bool,
+    /// The address it listens on: 127.0.0.1, or its host's in a test
+    /// network (`netns.rs`).
+    address: String,
+    /// The network namespace it runs in (`netns.rs`), if any.
+    netns: Option<String>,
     child: Option<Child>,
 }
 
@@ -161,6 +168,8 @@ impl RedisServer {
             extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
             env: Vec::new(),
             tls: false,
+            address: "127.0.0.1".into(),
+            netns: None,
             child: None,
         }
     }
@@ -169,9 +178,17 @@ impl RedisServer {
     pub fn spawn(&mut self) -> Result<(), String> {
         assert!(self.child.is_none(), "server already running");
         std::fs::create_dir_all(&self.dir).map_err(|err| err.to_string())?;
-        let child = Command::new(server_binary())
+        let mut command = match &self.netns {
+            Some(netns) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", netns, &server_binary()]);
+                command
+            }
+            None => Command::new(server_binary()),
+        };
+        let child = command
             .args(["--port", &self.port.to_string()])
-            .args(["--bind", "127.0.0.1"])
+            .args(["--bind", &self.address])
             .args(["--save", "", "--appendonly", "no"])
             .args(debug_command_args())
             .arg("--dir")
@@ -212,7 +229,15 @@ impl RedisServer {
     }
 
     fn answers_ping(&self) -> bool {
-        let Ok(stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+        let Ok(stream) = std::net::TcpStream::connect_timeout(
+            &std::net::SocketAddr::new(
+                self.address
+                    .parse()
+                    .unwrap_or(std::net::Ipv4Addr::LOCALHOST.into()),
+                self.port,
+            ),
+            Duration::from_millis(500),
+        ) else {
             return false;
         };
         if self.tls {
@@ -236,9 +261,14 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://127.0.0.1:PORT`.
+    /// `redis://ADDRESS:PORT` (127.0.0.1, or its host's in a test network).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        format!("redis://{}:{}", self.address, self.port)
+    }
+
+    /// The address it listens on.
+    pub fn address(&self) -> &str {
+        &self.address
     }
 
     /// The `--requirepass` it was started with, if any.
@@ -254,7 +284,7 @@ impl RedisServer {
     /// password it was started with.
     pub fn url_with_password(&self) -> String {
         match self.password() {
-            Some(password) => format!("redis://:{password}@127.0.0.1:{}", self.port),
+            Some(password) => format!("redis://:{password}@{}:{}", self.address, self.port),
             None => self.url(),
         }
     }

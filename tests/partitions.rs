@@ -1,0 +1,237 @@
+//! Real network faults (`support/netns.rs`): every node, and every client
+//! process but the test's own, a host of its own in a network namespace;
+//! partitions that drop packets without a reset. A holder cut off from a
+//! majority while it holds is told by the end of its validity, and no other
+//! process holds before then. This test re-executes its own binary as the
+//! contending process, so it has its own `main` (harness = false).
+
+mod support;
+
+use std::process::{ExitCode, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use quorlock::{LostReason, Redlock};
+use support::RedisServer;
+use support::harness::{AnyError, Outcome, WorkerArgs, check};
+use support::netns::Net;
+
+const RESOURCE: &str = "partition:resource";
+
+fn main() -> ExitCode {
+    support::harness::main_with_workers(
+        &[
+            "a_cut_drops_packets_without_a_reset",
+            "a_holder_cut_off_from_a_majority_is_told_and_never_overlapped",
+        ],
+        &|args| Box::pin(contender(args)),
+        |name, exe, runtime| match name {
+            "a_cut_drops_packets_without_a_reset" => support::harness::block_on_within(
+                runtime,
+                Duration::from_secs(60),
+                a_cut_drops_packets_without_a_reset(),
+            ),
+            "a_holder_cut_off_from_a_majority_is_told_and_never_overlapped" => {
+                support::harness::block_on_within(
+                    runtime,
+                    Duration::from_secs(120),
+                    a_holder_cut_off_from_a_majority(exe),
+                )
+            }
+            _ => Err(format!("unknown test {name}").into()),
+        },
+    )
+}
+
+/// Now on the machine's wall clock (which every process and namespace
+/// shares), in µs since the Unix epoch.
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros() as u64)
+}
+
+/// `at` (an `Instant` of this process) on the wall clock, in µs.
+fn wall_us(at: Instant) -> u64 {
+    let now = Instant::now();
+    match at.checked_duration_since(now) {
+        Some(ahead) => now_us() + ahead.as_micros() as u64,
+        None => now_us().saturating_sub(now.duration_since(at).as_micros() as u64),
+    }
+}
+
+/// The test support's faults do what they say (`support/netns.rs`): across
+/// a cut, an open connection's command and a new connection both go
+/// unanswered (no reset, no error) until the heal, after which both work;
+/// a 100 % loss does the same; a host cut from another still reaches a
+/// third.
+async fn a_cut_drops_packets_without_a_reset() -> Outcome {
+    let net = Net::new();
+    let (node_host, other_host) = (net.host(), net.host());
+    let node = RedisServer::start_in(&node_host, &[]);
+    let other = RedisServer::start_in(&other_host, &[]);
+    let local = net.local();
+    let client = redis::Client::open(node.url())?;
+    let mut open = client.get_multiplexed_async_connection().await?;
+    let ping = |mut connection: redis::aio::MultiplexedConnection| async move {
+        let reply: redis::RedisResult<String> =
+            redis::cmd("PING").query_async(&mut connection).await;
+        reply
+    };
+    check(ping(open.clone()).await? == "PONG", "PING before the cut")?;
+    for (what, fault) in [("cut", 0u8), ("100 % loss", 100)] {
+        match fault {
+            0 => net.cut(&local, &node_host),
+            percent => net.loss(&node_host, percent),
+        }
+        let silent = tokio::time::timeout(Duration::from_secs(2), ping(open.clone())).await;
+        // Silent: no answer, or the client's own timeout; never a reset.
+        check(
+            match &silent {
+                Err(_) => true,
+                Ok(reply) => reply.as_ref().is_err_and(redis::RedisError::is_timeout),
+            },
+            format!("{what}: an open connection's PING answered {silent:?}"),
+        )?;
+        let fresh = tokio::time::timeout(
+            Duration::from_secs(2),
+            client.get_multiplexed_async_connection(),
+        )
+        .await;
+        check(
+            match &fresh {
+                Err(_) => true,
+                Ok(connection) => connection
+                    .as_ref()
+                    .is_err_and(redis::RedisError::is_timeout),
+            },
+            format!(
+                "{what}: a new connection was answered: {:?}",
+                fresh.map(|c| c.map(|_| ()))
+            ),
+        )?;
+        let third = redis::Client::open(other.url())?
+            .get_multiplexed_async_connection()
+            .await?;
+        check(
+            ping(third).await? == "PONG",
+            format!("{what}: the third host answers"),
+        )?;
+        net.heal();
+        let healed = tokio::time::timeout(Duration::from_secs(10), ping(open.clone())).await;
+        check(
+            matches!(&healed, Ok(Ok(pong)) if pong == "PONG"),
+            format!("{what}: after the heal, the open connection's PING: {healed:?}"),
+        )?;
+        open = client.get_multiplexed_async_connection().await?;
+    }
+    Ok(())
+}
+
+/// The contending process: tries the lock every 50 ms for `seconds`; when a
+/// try succeeds, prints `acquired <wall µs when it returned>` and releases.
+async fn contender(args: &WorkerArgs<'_>) -> Outcome {
+    let redlock = Redlock::builder(args.nodes)
+        .restart_grace(Duration::from_secs(3))
+        .build()?;
+    let deadline = Instant::now() + Duration::from_secs(args.seconds);
+    let mut refused = 0u64;
+    while Instant::now() < deadline {
+        match redlock.try_lock(RESOURCE, Duration::from_secs(3)).await {
+            Ok(guard) => {
+                println!("acquired {} after {refused} refusals", now_us());
+                guard.unlock().await?;
+                return Ok(());
+            }
+            Err(_) => refused += 1,
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err(format!("never acquired in {} s ({refused} refusals)", args.seconds).into())
+}
+
+/// A holds the lock on 5 nodes, kept alive, and is cut off (silently) from
+/// three of them; B, another process in a host of its own, tries the lock
+/// all along. A's `lost` tells it by the end of its validity (unreachable
+/// nodes), B never holds before A's validity ends, and B gets the lock
+/// soon after.
+async fn a_holder_cut_off_from_a_majority(exe: &std::path::Path) -> Outcome {
+    let net = Net::new();
+    let hosts: Vec<_> = (0..5).map(|_| net.host()).collect();
+    let nodes: Vec<RedisServer> = hosts
+        .iter()
+        .map(|host| RedisServer::start_in(host, &[]))
+        .collect();
+    let urls = support::urls(&nodes);
+    let ttl = Duration::from_secs(3);
+    let a = Redlock::builder(&urls).restart_grace(ttl).build()?;
+    let guard = a.lock(RESOURCE, ttl).await?;
+    guard.keep_alive()?;
+    let lost = guard.lost();
+    let b_host = net.host();
+    let b = b_host
+        .command(exe)
+        .args(["--worker", "1", "20", "unused"])
+        .args(&urls)
+        .stdout(Stdio::piped())
+        .spawn()?;
+    // Let B meet the nodes and be refused for a while, then cut A off.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let local = net.local();
+    for host in &hosts[..3] {
+        net.cut(&local, host);
+    }
+    let cut_at = Instant::now();
+    let valid_until_at_cut = guard.valid_until();
+    let err = tokio::time::timeout(ttl * 2, lost)
+        .await
+        .map_err(|_| "A was never told")?;
+    let told = Instant::now();
+    let valid_until = guard.valid_until();
+    println!(
+        "A told {:?} after the cut, {:?} past the validity it had at the cut: {err}",
+        told - cut_at,
+        told.saturating_duration_since(valid_until_at_cut)
+    );
+    check(
+        matches!(
+            err.lost_reason(),
+            Some(LostReason::Unreachable { .. } | LostReason::Expired)
+        ),
+        format!("A told why: {err}"),
+    )?;
+    check(
+        told <= valid_until + Duration::from_millis(100),
+        format!(
+            "A told {:?} after its validity ended",
+            told.saturating_duration_since(valid_until)
+        ),
+    )?;
+    let a_end = wall_us(valid_until);
+    let out = tokio::task::spawn_blocking(move || b.wait_with_output()).await??;
+    let text = String::from_utf8_lossy(&out.stdout);
+    check(out.status.success(), format!("B: {} {text}", out.status))?;
+    let b_at: u64 = text
+        .lines()
+        .find_map(|line| line.strip_prefix("acquired "))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| -> AnyError { format!("B printed {text:?}").into() })?;
+    println!(
+        "B acquired {} ms after A's validity ended ({})",
+        (b_at as i64 - a_end as i64) / 1000,
+        text.trim()
+    );
+    check(
+        b_at > a_end,
+        format!(
+            "two holders: B held {} ms before A's validity ended",
+            a_end.saturating_sub(b_at) / 1000
+        ),
+    )?;
+    check(
+        b_at < a_end + 2_000_000,
+        "B got the lock within 2 s of A's validity's end",
+    )?;
+    net.heal();
+    drop(guard);
+    Ok(())
+}
