@@ -18,7 +18,10 @@
 //!
 //! Each node gets one pub/sub connection per client, opened by a background
 //! task the first time one of the client's calls waits, subscribed to the
-//! client's channel, reopened if it breaks, and closed when the client is
+//! client's channel, reopened if it breaks or goes silent (a `PING` on it
+//! every second, unanswered for two: a connection cut without a reset
+//! would otherwise look quiet for as long as the cut lasts, and every
+//! handoff on it would be lost), and closed when the client is
 //! dropped. A waiter listens from before its first round in the queue, and
 //! once a connection is (re)subscribed every listening waiter counts that
 //! node as possibly reserved for it, so a handoff published while nobody
@@ -38,6 +41,17 @@ use crate::tasks;
 
 /// The pause before reopening a pub/sub connection that failed.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
+
+/// How often a pub/sub connection is asked `PING`, to find a connection
+/// that went silent without a reset (a partition): one round trip a second
+/// per client and node, whatever the number of waiters.
+const PING_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long a `PING` on a pub/sub connection may go unanswered before the
+/// connection is taken as dead and reopened: long enough for a node
+/// busy with thousands of waiters to answer, since each reopening makes
+/// every waiter of the client claim once.
+const PING_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The start of a client's channel name; the client id follows. The scripts
 /// build the same name from a waiter id (see `scripts/`).
@@ -319,27 +333,61 @@ async fn listen_to_node(
             _ = closed.recv() => return,
             connected = connected => connected,
         };
-        if let Ok(Some(mut pubsub)) = pubsub {
+        if let Ok(Some(pubsub)) = pubsub {
             // Handoffs published while nobody listened (before this
             // connection, or between two) are not lost: every waiter takes
             // this node as possibly reserved for it, and its claim round
             // (which queues it again if not) finds out.
             mark_all(&wanted, subscription.index);
-            let mut messages = pubsub.on_message();
-            loop {
-                let message = tokio::select! {
-                    _ = closed.recv() => return,
-                    message = messages.next() => message,
-                };
-                let Some(message) = message else {
-                    break;
-                };
-                subscription.deliver(&wanted, message.get_payload_bytes());
+            if deliver_while_alive(&subscription, &wanted, pubsub, &mut closed).await {
+                return;
             }
         }
         tokio::select! {
             _ = closed.recv() => return,
             _ = tokio::time::sleep(RECONNECT_PAUSE) => {}
+        }
+    }
+}
+
+/// Delivers the handoff messages of one subscribed connection while it
+/// lives: until it breaks, or until a `PING` on it goes unanswered for
+/// [`PING_TIMEOUT`] (a connection cut without a reset, which would
+/// otherwise look like a quiet one for as long as the cut lasts, every
+/// handoff on it lost). Returns `true` when the client is dropped.
+async fn deliver_while_alive(
+    subscription: &Subscription,
+    wanted: &Wanted,
+    pubsub: redis::aio::PubSub,
+    closed: &mut mpsc::UnboundedReceiver<()>,
+) -> bool {
+    let (mut sink, mut messages) = pubsub.split();
+    loop {
+        // A PING every PING_INTERVAL; messages are delivered meanwhile.
+        let alive = async {
+            tokio::time::sleep(PING_INTERVAL).await;
+            let pong = tokio::time::timeout(PING_TIMEOUT, sink.ping::<redis::Value>()).await;
+            matches!(pong, Ok(Ok(_)))
+        };
+        tokio::pin!(alive);
+        loop {
+            tokio::select! {
+                _ = closed.recv() => return true,
+                alive = &mut alive => match alive {
+                    true => break,
+                    false => {
+                        tracing::debug!(
+                            node = subscription.index,
+                            "notification connection silent: reopening it"
+                        );
+                        return false;
+                    }
+                },
+                message = messages.next() => match message {
+                    Some(message) => subscription.deliver(wanted, message.get_payload_bytes()),
+                    None => return false,
+                },
+            }
         }
     }
 }

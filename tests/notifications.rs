@@ -228,3 +228,48 @@ async fn a_handoff_reaches_only_the_waiters_client() {
         "two clients, two channels: {messages:?}"
     );
 }
+
+/// A waiting client's notification connection (its pub/sub connection to
+/// each node) is asked `PING` every second to find a silent one; one that
+/// answers stays open: after 5 s of waiting, each node has one pub/sub
+/// connection, at least 4 s old, that has run `PING`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_connection_that_answers_stays_open() {
+    let nodes = servers(3);
+    let holder = Redlock::new(urls(&nodes)).unwrap();
+    let waiter = Redlock::builder(urls(&nodes))
+        .acquire_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let guard = holder.lock("notify:kept", TTL).await.unwrap();
+    let waiting = tokio::spawn(async move { waiter.lock("notify:kept", TTL).await });
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for node in &nodes {
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .arg("TYPE")
+            .arg("pubsub")
+            .query(&mut node.connection())
+            .unwrap();
+        let ages: Vec<u64> = clients
+            .lines()
+            .filter_map(|line| {
+                line.split_whitespace()
+                    .find_map(|field| field.strip_prefix("age="))?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        assert!(
+            ages.len() == 1 && ages[0] >= 4,
+            "pub/sub connections on a node, by age: {ages:?}\n{clients}"
+        );
+    }
+    let pings = support::command_calls(&nodes)
+        .get("ping")
+        .copied()
+        .unwrap_or(0);
+    assert!(pings >= 6, "{pings} PINGs on the nodes in 5 s");
+    guard.unlock().await.unwrap();
+    waiting.await.unwrap().unwrap().unlock().await.unwrap();
+}

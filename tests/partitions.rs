@@ -18,10 +18,18 @@ use support::netns::Net;
 const RESOURCE: &str = "partition:resource";
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--sale-worker") {
+        let outcome = support::runtime()
+            .map_err(AnyError::from)
+            .and_then(|runtime| runtime.block_on(support::sale::worker_main(&args[1..])));
+        return support::harness::exit("sale worker", outcome);
+    }
     support::harness::main_with_workers(
         &[
             "a_cut_drops_packets_without_a_reset",
             "a_holder_cut_off_from_a_majority_is_told_and_never_overlapped",
+            "waiters_are_served_when_their_notifications_go_silent",
         ],
         &|args| Box::pin(contender(args)),
         |name, exe, runtime| match name {
@@ -35,6 +43,13 @@ fn main() -> ExitCode {
                     runtime,
                     Duration::from_secs(120),
                     a_holder_cut_off_from_a_majority(exe),
+                )
+            }
+            "waiters_are_served_when_their_notifications_go_silent" => {
+                support::harness::block_on_within(
+                    runtime,
+                    Duration::from_secs(120),
+                    waiters_served_when_notifications_go_silent(exe),
                 )
             }
             _ => Err(format!("unknown test {name}").into()),
@@ -233,5 +248,100 @@ async fn a_holder_cut_off_from_a_majority(exe: &std::path::Path) -> Outcome {
     )?;
     net.heal();
     drop(guard);
+    Ok(())
+}
+
+/// 300 waiters (2 processes of 150 tasks, each in a host of its own) queue
+/// on a lock held by the test process on 3 nodes; then every client's
+/// notification connection (its pub/sub connection to each node) goes
+/// silent, without a reset, and the lock is released. The handoffs'
+/// messages are lost: the waiters must find out without them, and each is
+/// served within its patience (30 s), one at a time.
+async fn waiters_served_when_notifications_go_silent(exe: &std::path::Path) -> Outcome {
+    const RESOURCE: &str = "sale:item-42";
+    let net = Net::new();
+    let hosts: Vec<_> = (0..3).map(|_| net.host()).collect();
+    let nodes: Vec<RedisServer> = hosts
+        .iter()
+        .map(|host| RedisServer::start_in(host, &[]))
+        .collect();
+    let checker = RedisServer::start_in(&net.host(), &[]);
+    let urls = support::urls(&nodes);
+    let holder = Redlock::new(&urls)?;
+    let guard = holder.lock(RESOURCE, Duration::from_secs(60)).await?;
+    let (processes, tasks) = (2, 150);
+    let start_at = SystemTime::now() + Duration::from_millis(1_500);
+    let start_ms = start_at.duration_since(UNIX_EPOCH)?.as_millis().to_string();
+    let workers: Vec<_> = (0..processes)
+        .map(|_| {
+            net.host()
+                .command(exe)
+                .args(["--sale-worker", &tasks.to_string(), "30000", &start_ms])
+                .arg(checker.url())
+                .args(&urls)
+                .stdout(Stdio::piped())
+                .spawn()
+        })
+        .collect::<Result<_, _>>()?;
+    let key = holder.key(RESOURCE)?;
+    let queued = support::eventually(Duration::from_secs(30), || {
+        support::queue_lengths(&nodes, &key)
+            .iter()
+            .all(|&length| length >= (processes * tasks) as i64)
+    })
+    .await;
+    check(
+        queued,
+        format!("queued: {:?}", support::queue_lengths(&nodes, &key)),
+    )?;
+    let mut silenced = 0;
+    for (node, host) in nodes.iter().zip(&hosts) {
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .arg("TYPE")
+            .arg("pubsub")
+            .query(&mut node.connection())?;
+        for peer in clients.lines().filter_map(|line| {
+            line.split_whitespace()
+                .find_map(|field| field.strip_prefix("addr="))?
+                .parse::<std::net::SocketAddrV4>()
+                .ok()
+        }) {
+            net.blackhole_connection(host, peer);
+            silenced += 1;
+        }
+    }
+    check(
+        silenced >= processes * nodes.len(),
+        format!("{silenced} notification connections silenced"),
+    )?;
+    let released = Instant::now();
+    guard.unlock().await?;
+    let mut sale = support::sale::Sale::default();
+    for worker in workers {
+        let output = tokio::task::spawn_blocking(move || worker.wait_with_output()).await??;
+        let text = String::from_utf8_lossy(&output.stdout);
+        check(
+            output.status.success(),
+            format!("a worker: {} {text}", output.status),
+        )?;
+        let [served, failed, overlaps, _] =
+            support::harness::counts::<4>(text.lines().next().unwrap_or_default())?;
+        sale.served += served;
+        sale.failed += failed;
+        sale.overlaps += overlaps;
+    }
+    println!(
+        "{} served, {} failed, {} overlaps, the last {:?} after the release",
+        sale.served,
+        sale.failed,
+        sale.overlaps,
+        released.elapsed()
+    );
+    check(sale.overlaps == 0, format!("{} overlaps", sale.overlaps))?;
+    check(
+        sale.served == (processes * tasks) as u64 && sale.failed == 0,
+        format!("{} served, {} failed", sale.served, sale.failed),
+    )?;
     Ok(())
 }
