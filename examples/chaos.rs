@@ -33,12 +33,19 @@
 //! (`REPLICAOF`, then `REPLICAOF NO ONE`). With `--unprotected`, the restart
 //! protection, and with it the data mark, is off (`restart_grace(0)`).
 //!
+//! With `--partitions` (as root), every node, worker and the checker runs in
+//! a network namespace of its own (`tests/support/netns.rs`), and the
+//! faults are silent partitions and lossy links: the holder of the moment
+//! cut from a majority, a minority cut off, asymmetric reach, 5-20 % loss;
+//! fencing tokens are checked.
+//!
 //! ```text
-//! cargo run --release --example chaos [--fencing | --immediate | --failovers | --clock-steps | --data-loss [--unprotected]] [ACQUISITIONS]
+//! cargo run --release --example chaos [--fencing | --partitions | --immediate | --failovers | --clock-steps | --data-loss [--unprotected]] [ACQUISITIONS]
 //! ```
 //!
 //! The default is 20,000 acquisitions (5,000 with `--immediate`,
-//! `--clock-steps` or `--data-loss`, 1,000 with `--failovers`).
+//! `--clock-steps`, `--data-loss` or `--partitions`, 1,000 with
+//! `--failovers`).
 //!
 //! It needs `redis-server` on PATH (scripts/test.sh installs it).
 
@@ -81,20 +88,28 @@ fn main() -> ExitCode {
     let failovers = flag("--failovers");
     let clock_steps = flag("--clock-steps");
     let data_loss = flag("--data-loss");
+    let partitions = flag("--partitions");
     let unprotected = flag("--unprotected");
-    let usage = "usage: chaos [--fencing | --immediate | --failovers | --clock-steps | \
-                 --data-loss [--unprotected]] [ACQUISITIONS]";
-    let kinds = [fencing, immediate, failovers, clock_steps, data_loss]
-        .iter()
-        .filter(|on| **on)
-        .count();
+    let usage = "usage: chaos [--fencing | --partitions | --immediate | --failovers | \
+                 --clock-steps | --data-loss [--unprotected]] [ACQUISITIONS]";
+    let kinds = [
+        fencing,
+        immediate,
+        failovers,
+        clock_steps,
+        data_loss,
+        partitions,
+    ]
+    .iter()
+    .filter(|on| **on)
+    .count();
     let may_be_unprotected = immediate || failovers || clock_steps || data_loss;
     if kinds > 1 || (unprotected && !may_be_unprotected) || args.len() > 1 {
         eprintln!("{usage}");
         return ExitCode::from(2);
     }
     let acquisitions = match args.first().map(|n| n.parse::<u64>()) {
-        None if immediate || clock_steps || data_loss => 5_000,
+        None if immediate || clock_steps || data_loss || partitions => 5_000,
         None if failovers => 1_000,
         None => 20_000,
         Some(Ok(n)) if n > 0 => n,
@@ -104,7 +119,9 @@ fn main() -> ExitCode {
         }
     };
     let limit = Duration::from_secs(600);
-    let plan = if data_loss {
+    let plan = if partitions {
+        chaos_harness::Plan::partitions(4, acquisitions, limit)
+    } else if data_loss {
         chaos_harness::Plan::data_loss(4, acquisitions, limit, !unprotected)
     } else if clock_steps {
         chaos_harness::Plan::clock_steps(4, acquisitions, limit, !unprotected)

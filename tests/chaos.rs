@@ -10,7 +10,10 @@
 //! overlaps; steps of a node's clock 30 s forward on a bare quorum, which
 //! the clock watch must turn into 0 overlaps; and losses of data that no
 //! server tells (`FLUSHALL`, an empty restart of a node configured durable,
-//! an in-place resync), which the data mark must turn into 0 overlaps.
+//! an in-place resync), which the data mark must turn into 0 overlaps; and
+//! silent partitions and lossy links in a test network (a holder cut off
+//! from a majority, a minority cut off, asymmetric reach), under which
+//! mutual exclusion and fencing tokens must hold.
 //! 0 overlaps; no grant with the majority down; failed calls within their
 //! deadline; locking resumes after recovery. (`examples/chaos.rs` is the full
 //! run.) This test re-executes its own binary as the workers, so it has its
@@ -42,7 +45,8 @@ fn main() -> ExitCode {
              chaos_hundreds_of_waiters_never_give_two_holders \
              chaos_lossy_sentinel_failovers_never_give_two_holders \
              chaos_clock_steps_never_give_two_holders \
-             chaos_data_losses_never_give_two_holders"
+             chaos_data_losses_never_give_two_holders \
+             chaos_partitions_never_give_two_holders"
             .contains(filter.as_str())
     {
         println!("0 passed, 0 failed");
@@ -80,6 +84,10 @@ fn main() -> ExitCode {
             "chaos_data_losses_never_give_two_holders",
             chaos_harness::Plan::data_loss(4, 2_000, Duration::from_secs(240), true),
         ),
+        (
+            "chaos_partitions_never_give_two_holders",
+            chaos_harness::Plan::partitions(4, 800, Duration::from_secs(240)),
+        ),
     ] {
         println!("test {name} ...");
         let outcome = runtime.block_on(chaos_harness::run(plan, &exe, &["--chaos-worker"]));
@@ -94,7 +102,7 @@ fn main() -> ExitCode {
             }
         }
     }
-    println!("{} passed, {failed} failed", 7 - failed);
+    println!("{} passed, {failed} failed", 8 - failed);
     if failed == 0 {
         ExitCode::SUCCESS
     } else {

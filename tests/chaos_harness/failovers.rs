@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use rand::RngExt;
 use redis::AsyncCommands;
 
-use super::{AnyError, FAILOVERS, Plan, Report, collect, start_workers};
+use super::{AnyError, FAILOVERS, Plan, Report, collect, configure, start_workers};
 use crate::support::RedisServer;
 use crate::support::sentinel::Sentinels;
 
@@ -86,23 +86,7 @@ pub async fn run(
         .map(|group| group.sentinels.url(None))
         .collect();
     let checker_server = RedisServer::start();
-    let mut checker = redis::Client::open(checker_server.url())?
-        .get_multiplexed_async_connection()
-        .await?;
-    let _: () = checker
-        .set("chaos:hold-us", plan.hold.as_micros() as u64)
-        .await?;
-    let _: () = checker.set("chaos:tasks", plan.tasks).await?;
-    let _: () = checker
-        .set("chaos:patience-ms", plan.patience.as_millis() as u64)
-        .await?;
-    let _: () = checker
-        .set("chaos:ttl-ms", plan.ttl.as_millis() as u64)
-        .await?;
-    let _: () = checker.set("chaos:hold-on-signal", 1).await?;
-    if !plan.protected {
-        let _: () = checker.set("chaos:unprotected", 1).await?;
-    }
+    let mut checker = configure(&checker_server, &plan).await?;
     let workers = start_workers(&plan, exe, worker_args, &checker_server, &node_urls)?;
     let mut report = Report::default();
     let started = Instant::now();

@@ -41,6 +41,7 @@
 pub mod checker;
 mod data_loss;
 mod failovers;
+mod partitions;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -111,6 +112,10 @@ pub enum Restarts {
     /// Two nodes frozen, a third losing its data with its server unchanged
     /// (see `data_loss.rs`).
     DataLoss,
+    /// Every node, worker and the checker a host of its own in a test
+    /// network; the faults are silent cuts and lossy links (see
+    /// `partitions.rs`).
+    Partitions,
 }
 
 impl Plan {
@@ -190,6 +195,16 @@ impl Plan {
         }
     }
 
+    /// Partitions and lossy links (see `partitions.rs`), 1 ms critical
+    /// sections, the holder's held across its cut; fencing tokens checked.
+    pub fn partitions(workers: usize, acquisitions: u64, limit: Duration) -> Self {
+        Plan {
+            restarts: Restarts::Partitions,
+            fencing: true,
+            ..Plan::immediate(workers, acquisitions, limit, true)
+        }
+    }
+
     /// The same run with `tasks` tasks per worker process, each `lock`
     /// call waiting up to `patience`: hundreds of waiters per process
     /// queue on the lock under the faults.
@@ -226,6 +241,11 @@ pub struct Report {
     /// Losses of data by `FLUSHALL`, by an empty restart of a durable node,
     /// by an in-place resync (see `data_loss.rs`).
     pub data_losses: [u64; 3],
+    /// Partitions by kind: a holder cut off, a minority cut off, asymmetric
+    /// reach, lossy links (see `partitions.rs`).
+    pub partitions: [u64; 4],
+    /// The longest wait for an acquisition after a partition healed.
+    pub longest_unavailable_after_heal: Duration,
     /// Acquisitions made while a minority of nodes was frozen or down.
     pub acquired_during_minority_faults: u64,
     /// Fencing tokens not larger than the previous holder's.
@@ -282,6 +302,21 @@ impl Report {
                 );
                 "delayed"
             }
+            Restarts::Partitions => {
+                let [holder, minority, asymmetric, loss] = self.partitions;
+                println!(
+                    "  faults injected         {} partitions ({holder} holders cut from a \
+                     majority, {minority} minorities cut off, {asymmetric} asymmetric splits, \
+                     {loss} lossy links), {} majority outage",
+                    holder + minority + asymmetric + loss,
+                    self.majority_outages
+                );
+                println!(
+                    "  longest unavailability  {:?} after a heal",
+                    self.longest_unavailable_after_heal
+                );
+                "none"
+            }
             Restarts::Failovers => {
                 println!(
                     "  faults injected         {} lossy failovers of 3 Sentinel groups, each \
@@ -296,7 +331,10 @@ impl Report {
                 return;
             }
         };
-        if !matches!(plan.restarts, Restarts::ClockSteps | Restarts::DataLoss) {
+        if !matches!(
+            plan.restarts,
+            Restarts::ClockSteps | Restarts::DataLoss | Restarts::Partitions
+        ) {
             println!(
                 "  faults injected         {} ({} freezes, {} kills with {restart} restart, {} majority outage)",
                 self.freezes + self.kills + self.majority_outages,
@@ -306,7 +344,7 @@ impl Report {
             );
         }
         println!(
-            "  acquired during faults  {} (with 1-2 nodes frozen or down)",
+            "  acquired during faults  {} (with 1-2 nodes frozen, down or cut off)",
             self.acquired_during_minority_faults
         );
         if plan.fencing {
@@ -369,6 +407,18 @@ impl Report {
         }
         if plan.restarts == Restarts::ClockSteps && self.clock_steps == 0 {
             return Err("no clock steps were injected".into());
+        }
+        if plan.restarts == Restarts::Partitions {
+            if self.partitions.contains(&0) {
+                return Err(format!(
+                    "not every kind of partition: {:?}",
+                    self.partitions
+                ));
+            }
+            return match self.acquired_during_minority_faults {
+                0 => Err("no acquisitions during the partitions".into()),
+                _ => Ok(()),
+            };
         }
         if plan.restarts == Restarts::DataLoss && self.data_losses.contains(&0) {
             return Err(format!(
@@ -599,8 +649,10 @@ pub async fn run(
     exe: &std::path::Path,
     worker_args: &[&str],
 ) -> Result<Report, AnyError> {
-    if plan.restarts == Restarts::Failovers {
-        return failovers::run(plan, exe, worker_args).await;
+    match plan.restarts {
+        Restarts::Failovers => return failovers::run(plan, exe, worker_args).await,
+        Restarts::Partitions => return partitions::run(plan, exe, worker_args).await,
+        _ => {}
     }
     let (mut nodes, clocks): (Vec<RedisServer>, Vec<Clock>) = match plan.restarts {
         Restarts::ClockSteps => (0..5).map(|_| ClockServer::start().into_parts()).unzip(),
@@ -615,26 +667,8 @@ pub async fn run(
     // The empty server the data-loss faults resync from.
     let empty = RedisServer::start();
     let checker_server = RedisServer::start();
-    let mut checker = redis::Client::open(checker_server.url())?
-        .get_multiplexed_async_connection()
-        .await?;
+    let mut checker = configure(&checker_server, &plan).await?;
     let node_urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
-    if plan.fencing {
-        let _: () = checker.set("chaos:fencing", 1).await?;
-    }
-    let hold_us = u64::try_from(plan.hold.as_micros()).unwrap_or(u64::MAX);
-    let _: () = checker.set("chaos:hold-us", hold_us).await?;
-    let _: () = checker.set("chaos:tasks", plan.tasks).await?;
-    let patience_ms = u64::try_from(plan.patience.as_millis()).unwrap_or(u64::MAX);
-    let _: () = checker.set("chaos:patience-ms", patience_ms).await?;
-    if !plan.protected {
-        let _: () = checker.set("chaos:unprotected", 1).await?;
-    }
-    if plan.hold_on_signal {
-        let _: () = checker.set("chaos:hold-on-signal", 1).await?;
-    }
-    let ttl_ms = u64::try_from(plan.ttl.as_millis()).unwrap_or(u64::MAX);
-    let _: () = checker.set("chaos:ttl-ms", ttl_ms).await?;
     let workers = start_workers(&plan, exe, worker_args, &checker_server, &node_urls)?;
     let mut report = Report::default();
     let started = Instant::now();
@@ -839,6 +873,35 @@ async fn step_a_clock(
     hazard.end(checker, report).await
 }
 
+/// Connects to the checker and writes `plan`'s settings there, where the
+/// workers read them.
+async fn configure(
+    checker_server: &RedisServer,
+    plan: &Plan,
+) -> Result<redis::aio::MultiplexedConnection, AnyError> {
+    let mut checker = redis::Client::open(checker_server.url())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let micros = |duration: Duration| u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
+    let millis = |duration: Duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+    let mut pipe = redis::pipe();
+    pipe.set("chaos:hold-us", micros(plan.hold))
+        .set("chaos:tasks", plan.tasks)
+        .set("chaos:patience-ms", millis(plan.patience))
+        .set("chaos:ttl-ms", millis(plan.ttl));
+    for (on, key) in [
+        (plan.fencing, "chaos:fencing"),
+        (!plan.protected, "chaos:unprotected"),
+        (plan.hold_on_signal, "chaos:hold-on-signal"),
+    ] {
+        if on {
+            pipe.set(key, 1);
+        }
+    }
+    let _: () = pipe.query_async(&mut checker).await?;
+    Ok(checker)
+}
+
 /// Starts the worker processes: `exe worker_args CHECKER_URL NODE_URL...`.
 fn start_workers(
     plan: &Plan,
@@ -847,10 +910,22 @@ fn start_workers(
     checker: &RedisServer,
     node_urls: &[String],
 ) -> Result<Vec<Child>, AnyError> {
+    start_workers_with(plan, worker_args, checker, node_urls, |_| Command::new(exe))
+}
+
+/// [`start_workers`], each worker's command (`exe`, run where it should
+/// be) made by `command` from its number.
+fn start_workers_with(
+    plan: &Plan,
+    worker_args: &[&str],
+    checker: &RedisServer,
+    node_urls: &[String],
+    mut command: impl FnMut(usize) -> Command,
+) -> Result<Vec<Child>, AnyError> {
     let mut workers: Vec<Child> = Vec::new();
-    for _ in 0..plan.workers {
+    for number in 0..plan.workers {
         workers.push(
-            Command::new(exe)
+            command(number)
                 .args(worker_args)
                 .arg(checker.url())
                 .args(node_urls)
