@@ -49,8 +49,11 @@ pub(super) fn config_value(answer: Option<RedisResult<Value>>) -> Option<String>
 /// Whether `err`, a check command's reply, is the node refusing that
 /// command: an ACL's `NOPERM`, a command renamed or disabled (`ERR unknown
 /// command`, `ERR unknown subcommand`, a proxy's `not allowed` or
-/// `disabled`), or a key of another type (`WRONGTYPE`) at a record's
-/// place. The check does without what such a command checks. Any other
+/// `disabled`), a key of another type (`WRONGTYPE`) at a record's place,
+/// or, on a cluster's primary, a key that lives on another primary
+/// (`MOVED`, `ASK`, `CROSSSLOT`: a cluster's records are read from each
+/// primary, and its data mark is not read). The check does without what
+/// such a command checks. Any other
 /// error (`LOADING` from a server that is still loading its data, `BUSY`,
 /// `MASTERDOWN`, a lost connection, a timeout) says nothing of what the
 /// node allows: it fails the check, which is tried again, since a node
@@ -58,7 +61,7 @@ pub(super) fn config_value(answer: Option<RedisResult<Value>>) -> Option<String>
 /// mark, above all).
 pub(super) fn is_refusal(err: &RedisError) -> bool {
     match err.code() {
-        Some("NOPERM" | "WRONGTYPE") => true,
+        Some("NOPERM" | "WRONGTYPE" | "MOVED" | "ASK" | "CROSSSLOT") => true,
         Some("ERR") => err.detail().is_some_and(|detail| {
             let detail = detail.to_ascii_lowercase();
             [
@@ -105,6 +108,8 @@ mod tests {
             "ERR unknown subcommand 'GET'. Try CONFIG HELP.",
             "ERR command not allowed",
             "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "MOVED 3999 127.0.0.1:6381",
+            "CROSSSLOT Keys in request don't hash to the same slot",
         ] {
             assert!(is_refusal(&reply_error(refusal)), "{refusal}");
         }
@@ -114,6 +119,7 @@ mod tests {
             "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'",
             "TRYAGAIN Multiple keys request during rehashing of slot",
             "ERR Error running script",
+            "CLUSTERDOWN The cluster is down",
         ] {
             assert!(!is_refusal(&reply_error(failure)), "{failure}");
         }
