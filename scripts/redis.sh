@@ -17,6 +17,23 @@ ensure_redis_server() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
 }
 
+# Installs what the network fault tests need (tests/support/netns.rs):
+# iproute2 (ip netns, veth, bridges) and nftables (loss, a blackholed
+# connection), with apt-get when missing.
+ensure_net_tools() {
+    if command -v ip >/dev/null 2>&1 && command -v nft >/dev/null 2>&1; then
+        return 0
+    fi
+    echo "== installing iproute2 and nftables" >&2
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "ip or nft is missing and this is not root: the network fault tests need root;" \
+            "run 'sudo apt-get install -y iproute2 nftables' and the tests as root" >&2
+        return 1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 nftables >/dev/null
+}
+
 # Makes the temporary directory and installs the traps that always stop the
 # servers: on exit, on failure and on Ctrl-C / SIGTERM.
 redis_setup() {

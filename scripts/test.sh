@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the whole test suite on a fresh machine: installs redis-server when it is
-# missing, then formatting, lints, tests (against real redis-server processes
+# Runs the whole test suite on a fresh machine: installs redis-server (and, for
+# the network fault tests, iproute2 and nftables) when missing, then formatting, lints, tests (against real redis-server processes
 # the tests start themselves), docs, and the basic, fenced storage, election
 # and semaphore examples on three throw-away servers. Usage: scripts/test.sh
 set -euo pipefail
@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 source scripts/redis.sh
 
 ensure_redis_server
+ensure_net_tools
 redis-server --version
 redis_setup
 
