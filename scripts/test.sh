@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine: installs redis-server (and, for
-# the network fault tests, iproute2 and nftables) when missing, then formatting, lints, tests (against real redis-server processes
-# the tests start themselves), docs, and the basic, fenced storage, election
-# and semaphore examples on three throw-away servers. Usage: scripts/test.sh
+# the network fault tests, iproute2 and nftables) when missing, then
+# formatting, lints, tests (against real redis-server processes the tests
+# start themselves), docs, and the basic, fenced storage, election and
+# semaphore examples on three throw-away servers. Usage: scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/redis.sh
