@@ -17,6 +17,10 @@ use support::netns::Net;
 
 const RESOURCE: &str = "partition:resource";
 
+/// Set for a worker that runs [`contention`] rather than [`contender`], to
+/// its node timeout in ms (anything else: the default).
+const ROLE: &str = "QUORLOCK_PARTITION_CONTENTION";
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--sale-worker") {
@@ -30,8 +34,12 @@ fn main() -> ExitCode {
             "a_cut_drops_packets_without_a_reset",
             "a_holder_cut_off_from_a_majority_is_told_and_never_overlapped",
             "waiters_are_served_when_their_notifications_go_silent",
+            "lossy_and_slow_links_never_give_two_holders",
         ],
-        &|args| Box::pin(contender(args)),
+        &|args| match std::env::var_os(ROLE) {
+            Some(_) => Box::pin(contention(args)),
+            None => Box::pin(contender(args)),
+        },
         |name, exe, runtime| match name {
             "a_cut_drops_packets_without_a_reset" => support::harness::block_on_within(
                 runtime,
@@ -52,6 +60,11 @@ fn main() -> ExitCode {
                     waiters_served_when_notifications_go_silent(exe),
                 )
             }
+            "lossy_and_slow_links_never_give_two_holders" => support::harness::block_on_within(
+                runtime,
+                Duration::from_secs(180),
+                lossy_and_slow_links(exe),
+            ),
             _ => Err(format!("unknown test {name}").into()),
         },
     )
@@ -343,5 +356,157 @@ async fn waiters_served_when_notifications_go_silent(exe: &std::path::Path) -> O
         sale.served == (processes * tasks) as u64 && sale.failed == 0,
         format!("{} served, {} failed", sale.served, sale.failed),
     )?;
+    Ok(())
+}
+
+/// A contention worker: `args.tasks` tasks lock `RESOURCE` (patience 2 s)
+/// again and again for `args.seconds`, each holder checked on the checker
+/// (`INCR`: it must read 1) for 1 ms; prints `acquired failed overlaps`.
+async fn contention(args: &WorkerArgs<'_>) -> Outcome {
+    let node_timeout = std::env::var(ROLE)
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map_or(
+            quorlock::RedlockBuilder::DEFAULT_NODE_TIMEOUT,
+            Duration::from_millis,
+        );
+    let redlock = Redlock::builder(args.nodes)
+        .acquire_timeout(Duration::from_secs(2))
+        .node_timeout(node_timeout)
+        .build()?;
+    let checker = redis::Client::open(args.checker)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let counts = std::sync::Arc::new([
+        std::sync::atomic::AtomicU64::new(0),
+        std::sync::atomic::AtomicU64::new(0),
+        std::sync::atomic::AtomicU64::new(0),
+    ]);
+    let until = Instant::now() + Duration::from_secs(args.seconds);
+    let tasks: Vec<_> = (0..args.tasks)
+        .map(|_| {
+            let (redlock, mut checker, counts) = (redlock.clone(), checker.clone(), counts.clone());
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    let Ok(guard) = redlock.lock(RESOURCE, Duration::from_secs(5)).await else {
+                        counts[1].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        continue;
+                    };
+                    let alone = support::checked_hold(&mut checker, Duration::from_millis(1)).await;
+                    let at = usize::from(!alone) * 2;
+                    counts[at].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let _ = guard.unlock().await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await?;
+    }
+    redlock.flush().await;
+    support::harness::report(&counts[..]);
+    Ok(())
+}
+
+/// One contention phase: 3 processes of 4 tasks (in the test's own
+/// namespace, reaching the nodes at `urls`) for `seconds`, checked on
+/// `checker`: acquisitions, failed calls and overlaps (an overlap also
+/// counts as an acquisition).
+async fn contend(
+    exe: &std::path::Path,
+    urls: &[String],
+    checker: &RedisServer,
+    seconds: u64,
+    node_timeout: &str,
+) -> Result<[u64; 3], AnyError> {
+    let workers: Vec<_> = (0..3)
+        .map(|_| {
+            std::process::Command::new(exe)
+                .env(ROLE, node_timeout)
+                .args(["--worker", "4", &seconds.to_string(), &checker.url()])
+                .args(urls)
+                .stdout(Stdio::piped())
+                .spawn()
+        })
+        .collect::<Result<_, _>>()?;
+    let mut total = [0u64; 3];
+    for worker in workers {
+        let output = tokio::task::spawn_blocking(move || worker.wait_with_output()).await??;
+        let text = String::from_utf8_lossy(&output.stdout);
+        check(
+            output.status.success(),
+            format!("a worker: {} {text}", output.status),
+        )?;
+        let [acquired, failed, overlaps] = support::harness::counts::<3>(&text)?;
+        total = [total[0] + acquired, total[1] + failed, total[2] + overlaps];
+    }
+    Ok(total)
+}
+
+/// Contention across 3 processes on 5 nodes whose links lose 5 %, then
+/// 20 %, of their packets each way, then whose every link is delayed
+/// 50 ms ± 20 ms each way (a proxy per node; the node timeout raised to
+/// 300 ms, above the round trip): 0 overlaps in each, acquisitions without
+/// loss and over the slow links; the acquisitions, failed calls and pace
+/// are printed.
+async fn lossy_and_slow_links(exe: &std::path::Path) -> Outcome {
+    let net = Net::new();
+    let hosts: Vec<_> = (0..5).map(|_| net.host()).collect();
+    let nodes: Vec<RedisServer> = hosts
+        .iter()
+        .map(|host| RedisServer::start_in(host, &[]))
+        .collect();
+    let checker = RedisServer::start();
+    let urls = support::urls(&nodes);
+    const SECONDS: u64 = 8;
+    // Loss: 0 overlaps is the claim; the pace is reported (a lost packet
+    // stalls its connection for TCP's retransmission timeout, 200 ms or
+    // more, past the node timeout).
+    for (percent, node_timeout) in [(0, "default"), (5, "default"), (20, "default"), (20, "300")] {
+        for host in &hosts {
+            net.loss(host, percent);
+        }
+        let [acquired, failed, overlaps] =
+            contend(exe, &urls, &checker, SECONDS, node_timeout).await?;
+        println!(
+            "{percent} % loss, node timeout {node_timeout}: {acquired} acquisitions ({:.0}/s), \
+             {failed} failed calls, {overlaps} overlaps",
+            acquired as f64 / SECONDS as f64
+        );
+        check(
+            overlaps == 0,
+            format!("{percent} % loss: {overlaps} overlaps"),
+        )?;
+        check(acquired > 0 || percent > 0, "no loss: no acquisition")?;
+    }
+    net.heal();
+    let proxies: Vec<support::DelayProxy> = nodes
+        .iter()
+        .map(|node| {
+            let proxy = support::DelayProxy::start_to(
+                node.address().parse().expect("a node's address"),
+                node.port(),
+                Duration::from_millis(50),
+            );
+            proxy.jitter(Duration::from_millis(20));
+            proxy
+        })
+        .collect();
+    let [acquired, failed, overlaps] = contend(
+        exe,
+        &support::proxy_urls(&proxies),
+        &checker,
+        SECONDS,
+        "300",
+    )
+    .await?;
+    // A round trip of 100 ms ± 40 needs a node timeout above it.
+    println!(
+        "50 ms ± 20 ms each way, node timeout 300 ms: {acquired} acquisitions ({:.0}/s), {failed} failed calls, \
+         {overlaps} overlaps",
+        acquired as f64 / SECONDS as f64
+    );
+    check(overlaps == 0, format!("delayed links: {overlaps} overlaps"))?;
+    check(acquired > 0, "delayed links: no acquisition")?;
     Ok(())
 }

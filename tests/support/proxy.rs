@@ -2,16 +2,19 @@
 //! centre) looks like to the client. Each direction has its own delay, which
 //! a test can change while connections are open; bytes keep their order.
 //! Its upstream can be switched ([`DelayProxy::switch_to`]): what a managed
-//! service's primary endpoint does in a failover.
+//! service's primary endpoint does in a failover. With jitter
+//! ([`DelayProxy::jitter`]), each chunk's delay is drawn around the set
+//! one, and a chunk never overtakes the one before it (TCP keeps order).
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// A proxy from a free loopback port to `127.0.0.1:upstream`. Stops (and
+/// A proxy from a free loopback port to `127.0.0.1:upstream` (or another
+/// host's port: [`start_to`](Self::start_to)). Stops (and
 /// closes every connection) when dropped.
 pub struct DelayProxy {
     port: u16,
@@ -19,6 +22,8 @@ pub struct DelayProxy {
     to_client: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     upstream: Arc<AtomicU16>,
+    /// Each chunk's delay is drawn from the set one ± this, in ms.
+    jitter: Arc<AtomicU64>,
     sockets: Arc<Mutex<Vec<TcpStream>>>,
     accepter: Option<std::thread::JoinHandle<()>>,
 }
@@ -26,6 +31,12 @@ pub struct DelayProxy {
 impl DelayProxy {
     /// A proxy to `upstream` that delays each direction by `one_way`.
     pub fn start(upstream: u16, one_way: Duration) -> Self {
+        Self::start_to(Ipv4Addr::LOCALHOST.into(), upstream, one_way)
+    }
+
+    /// A proxy to `host:upstream` (a server in a test network's host, say)
+    /// that delays each direction by `one_way`.
+    pub fn start_to(host: IpAddr, upstream: u16, one_way: Duration) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
         let port = listener.local_addr().expect("proxy address").port();
         let millis = |delay: Duration| Arc::new(AtomicU64::new(delay.as_millis() as u64));
@@ -33,17 +44,18 @@ impl DelayProxy {
         let stop = Arc::new(AtomicBool::new(false));
         let sockets: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
         let upstream = Arc::new(AtomicU16::new(upstream));
+        let jitter = Arc::new(AtomicU64::new(0));
         let accepter = {
             let (to_server, to_client) = (to_server.clone(), to_client.clone());
             let (stop, sockets, upstream) = (stop.clone(), sockets.clone(), upstream.clone());
+            let jitter = jitter.clone();
             std::thread::spawn(move || {
                 for client in listener.incoming() {
                     if stop.load(Ordering::SeqCst) {
                         return;
                     }
                     let Ok(client) = client else { continue };
-                    let Ok(server) =
-                        TcpStream::connect(("127.0.0.1", upstream.load(Ordering::SeqCst)))
+                    let Ok(server) = TcpStream::connect((host, upstream.load(Ordering::SeqCst)))
                     else {
                         let _ = client.shutdown(Shutdown::Both);
                         continue;
@@ -58,9 +70,9 @@ impl DelayProxy {
                     pump(
                         client.try_clone().unwrap(),
                         server.try_clone().unwrap(),
-                        to_server.clone(),
+                        (to_server.clone(), jitter.clone()),
                     );
-                    pump(server, client, to_client.clone());
+                    pump(server, client, (to_client.clone(), jitter.clone()));
                 }
             })
         };
@@ -70,9 +82,17 @@ impl DelayProxy {
             to_client,
             stop,
             upstream,
+            jitter,
             sockets,
             accepter: Some(accepter),
         }
+    }
+
+    /// Draws each chunk's delay from the set one ± `jitter` from now on
+    /// (never below zero, never overtaking the chunk before).
+    pub fn jitter(&self, jitter: Duration) {
+        self.jitter
+            .store(jitter.as_millis() as u64, Ordering::SeqCst);
     }
 
     /// `redis://127.0.0.1:PORT` of the proxy.
@@ -122,18 +142,29 @@ impl Drop for DelayProxy {
     }
 }
 
-/// Copies `from` to `to`, each chunk `delay` after it arrived: a reader
-/// thread stamps the chunks, a writer thread sends each at its time.
-fn pump(mut from: TcpStream, mut to: TcpStream, delay: Arc<AtomicU64>) {
+/// Copies `from` to `to`, each chunk `delay` (± its jitter) after it
+/// arrived, never before the chunk ahead of it: a reader thread stamps the
+/// chunks, a writer thread sends each at its time.
+fn pump(mut from: TcpStream, mut to: TcpStream, (delay, jitter): (Arc<AtomicU64>, Arc<AtomicU64>)) {
     let (chunks, due) = mpsc::channel::<(Instant, Vec<u8>)>();
     std::thread::spawn(move || {
         let mut buffer = vec![0u8; 64 * 1024];
+        let mut last = Instant::now();
         loop {
             match from.read(&mut buffer) {
                 Ok(0) | Err(_) => return, // dropping `chunks` ends the writer
                 Ok(n) => {
-                    let at = Instant::now() + Duration::from_millis(delay.load(Ordering::SeqCst));
-                    if chunks.send((at, buffer[..n].to_vec())).is_err() {
+                    let (base, spread) = (
+                        delay.load(Ordering::SeqCst) as i64,
+                        jitter.load(Ordering::SeqCst) as i64,
+                    );
+                    let drawn = match spread {
+                        0 => base,
+                        _ => base + rand::random_range(-spread..=spread),
+                    };
+                    let at = Instant::now() + Duration::from_millis(drawn.max(0) as u64);
+                    last = last.max(at);
+                    if chunks.send((last, buffer[..n].to_vec())).is_err() {
                         return;
                     }
                 }
