@@ -46,22 +46,26 @@ pub(super) fn config_value(answer: Option<RedisResult<Value>>) -> Option<String>
     }
 }
 
-/// Whether `err`, a check command's reply, is the node refusing that
-/// command: an ACL's `NOPERM`, a command renamed or disabled (`ERR unknown
-/// command`, `ERR unknown subcommand`, a proxy's `not allowed` or
-/// `disabled`), a key of another type (`WRONGTYPE`) at a record's place,
-/// or, on a cluster's primary, a key that lives on another primary
-/// (`MOVED`, `ASK`, `CROSSSLOT`: a cluster's records are read from each
-/// primary, and its data mark is not read). The check does without what
-/// such a command checks. Any other
-/// error (`LOADING` from a server that is still loading its data, `BUSY`,
-/// `MASTERDOWN`, a lost connection, a timeout) says nothing of what the
-/// node allows: it fails the check, which is tried again, since a node
-/// judged on it would count without what that command checks (its data
-/// mark, above all).
+/// Whether `err`, a check command's reply, is an answer the check does
+/// without what that command checks:
+/// - the node refusing the command: an ACL's `NOPERM`, a command renamed
+///   or disabled (`ERR unknown command`, `ERR unknown subcommand`, a
+///   proxy's `not allowed` or `disabled`);
+/// - a key of another type (`WRONGTYPE`) at a record's place;
+/// - on a cluster's primary, a key that lives on another primary (`MOVED`,
+///   `ASK`, `CROSSSLOT`: a cluster's records are read from each primary,
+///   and its data mark is not read);
+/// - a replica's `READONLY` to the mark's write (the check's `ROLE` then
+///   refuses the node as a replica).
+///
+/// Any other error (`LOADING` from a server that is still loading its
+/// data, `BUSY`, `MASTERDOWN`, a lost connection, a timeout) says nothing
+/// of what the node allows: it fails the check, which is tried again, since
+/// a node judged on it would count without what that command checks (its
+/// data mark, above all).
 pub(super) fn is_refusal(err: &RedisError) -> bool {
     match err.code() {
-        Some("NOPERM" | "WRONGTYPE" | "MOVED" | "ASK" | "CROSSSLOT") => true,
+        Some("NOPERM" | "WRONGTYPE" | "MOVED" | "ASK" | "CROSSSLOT" | "READONLY") => true,
         Some("ERR") => err.detail().is_some_and(|detail| {
             let detail = detail.to_ascii_lowercase();
             [
@@ -110,6 +114,7 @@ mod tests {
             "WRONGTYPE Operation against a key holding the wrong kind of value",
             "MOVED 3999 127.0.0.1:6381",
             "CROSSSLOT Keys in request don't hash to the same slot",
+            "READONLY You can't write against a read only replica.",
         ] {
             assert!(is_refusal(&reply_error(refusal)), "{refusal}");
         }
