@@ -17,6 +17,10 @@ use support::netns::Net;
 
 const RESOURCE: &str = "partition:resource";
 
+/// Set for a worker that runs [`holder`], to the replicas that must
+/// acknowledge each of its grants (`replica_acks`).
+const HOLDER: &str = "QUORLOCK_PARTITION_HOLDER";
+
 /// Set for a worker that runs [`contention`] rather than [`contender`], to
 /// its node timeout in ms (anything else: the default).
 const ROLE: &str = "QUORLOCK_PARTITION_CONTENTION";
@@ -35,10 +39,16 @@ fn main() -> ExitCode {
             "a_holder_cut_off_from_a_majority_is_told_and_never_overlapped",
             "waiters_are_served_when_their_notifications_go_silent",
             "lossy_and_slow_links_never_give_two_holders",
+            "split_brain_over_sentinel",
         ],
-        &|args| match std::env::var_os(ROLE) {
-            Some(_) => Box::pin(contention(args)),
-            None => Box::pin(contender(args)),
+        &|args| {
+            if std::env::var_os(HOLDER).is_some() {
+                Box::pin(holder(args))
+            } else if std::env::var_os(ROLE).is_some() {
+                Box::pin(contention(args))
+            } else {
+                Box::pin(contender(args))
+            }
         },
         |name, exe, runtime| match name {
             "a_cut_drops_packets_without_a_reset" => support::harness::block_on_within(
@@ -64,6 +74,11 @@ fn main() -> ExitCode {
                 runtime,
                 Duration::from_secs(180),
                 lossy_and_slow_links(exe),
+            ),
+            "split_brain_over_sentinel" => support::harness::block_on_within(
+                runtime,
+                Duration::from_secs(240),
+                split_brain_over_sentinel(exe),
             ),
             _ => Err(format!("unknown test {name}").into()),
         },
@@ -162,7 +177,7 @@ async fn contender(args: &WorkerArgs<'_>) -> Outcome {
         .restart_grace(Duration::from_secs(3))
         .build()?;
     let deadline = Instant::now() + Duration::from_secs(args.seconds);
-    let mut refused = 0u64;
+    let (mut refused, mut last) = (0u64, None);
     while Instant::now() < deadline {
         match redlock.try_lock(RESOURCE, Duration::from_secs(3)).await {
             Ok(guard) => {
@@ -170,11 +185,19 @@ async fn contender(args: &WorkerArgs<'_>) -> Outcome {
                 guard.unlock().await?;
                 return Ok(());
             }
-            Err(_) => refused += 1,
+            Err(err) => {
+                refused += 1;
+                last = Some(err);
+            }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Err(format!("never acquired in {} s ({refused} refusals)", args.seconds).into())
+    let last = last.map_or_else(String::new, |err| err.to_string());
+    Err(format!(
+        "never acquired in {} s ({refused} refusals, the last: {last})",
+        args.seconds
+    )
+    .into())
 }
 
 /// A holds the lock on 5 nodes, kept alive, and is cut off (silently) from
@@ -509,4 +532,163 @@ async fn lossy_and_slow_links(exe: &std::path::Path) -> Outcome {
     check(overlaps == 0, format!("delayed links: {overlaps} overlaps"))?;
     check(acquired > 0, "delayed links: no acquisition")?;
     Ok(())
+}
+
+/// The holding process of the split brain: takes the lock (TTL 3 s, grace
+/// 5 s, `replica_acks` from [`HOLDER`]), keeps it alive, and after
+/// `args.seconds` prints `held <end of its validity, wall µs>`, or, told
+/// earlier that it lost it, `lost <wall µs> <why>`.
+async fn holder(args: &WorkerArgs<'_>) -> Outcome {
+    let acks = std::env::var(HOLDER)?.parse()?;
+    let redlock = Redlock::builder(args.nodes)
+        .restart_grace(Duration::from_secs(3))
+        .replica_acks(acks)
+        .build()?;
+    let guard = redlock.lock(RESOURCE, Duration::from_secs(3)).await?;
+    guard.keep_alive()?;
+    let lost = guard.lost();
+    tokio::select! {
+        err = lost => println!("lost {} {err}", now_us()),
+        () = tokio::time::sleep(Duration::from_secs(args.seconds)) => {
+            println!("held {}", wall_us(guard.valid_until()));
+        }
+    }
+    Ok(())
+}
+
+/// What one split brain gave: when the holder's protection ended (its
+/// validity's end, or the moment it was told it lost the lock) and when the
+/// other client got the lock (wall µs).
+#[derive(Debug)]
+struct SplitBrain {
+    holder: String,
+    holder_end: u64,
+    other_at: Option<u64>,
+}
+
+impl SplitBrain {
+    fn two_holders(&self) -> bool {
+        self.other_at.is_some_and(|at| at < self.holder_end)
+    }
+}
+
+/// One split brain over a Sentinel-managed primary (see
+/// [`split_brain_over_sentinel`]), the holder requiring `acks` replica
+/// acknowledgements and the primary started with `primary_args`.
+async fn split_brain(
+    exe: &std::path::Path,
+    acks: u32,
+    primary_args: &[&str],
+) -> Result<SplitBrain, AnyError> {
+    const SECONDS: u64 = 14;
+    let net = Net::new();
+    let (primary_host, replica_host) = (net.host(), net.host());
+    let sentinel_hosts: Vec<_> = (0..3).map(|_| net.host()).collect();
+    let (a_host, b_host) = (net.host(), net.host());
+    let primary = RedisServer::start_in(&primary_host, primary_args);
+    let replica = RedisServer::start_replica_in(&replica_host, &primary);
+    let sentinels = support::sentinel::Sentinels::start_in(
+        &sentinel_hosts,
+        &primary,
+        1,
+        Duration::from_secs(1),
+    );
+    let url = sentinels.url(None);
+    let key = Redlock::new([url.as_str()])?.key(RESOURCE)?;
+    let a = a_host
+        .command(exe)
+        .env(HOLDER, acks.to_string())
+        .args(["--worker", "1", &SECONDS.to_string(), "unused", &url])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let held = support::eventually(Duration::from_secs(20), || primary.get(&key).is_some());
+    check(held.await, "A never held the lock")?;
+    // The primary cut off from its Sentinels, its replica and B; A still
+    // reaches it (and the Sentinels).
+    for host in sentinel_hosts.iter().chain([&replica_host, &b_host]) {
+        net.cut(&primary_host, host);
+    }
+    let promoted = replica.port();
+    let _sentinels = tokio::task::spawn_blocking(move || {
+        sentinels.wait_primary(promoted);
+        sentinels
+    })
+    .await?;
+    let b = b_host
+        .command(exe)
+        .args(["--worker", "1", &(SECONDS - 2).to_string(), "unused", &url])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let (a, b) = (
+        tokio::task::spawn_blocking(move || a.wait_with_output()).await??,
+        tokio::task::spawn_blocking(move || b.wait_with_output()).await??,
+    );
+    let (a, b) = (
+        String::from_utf8_lossy(&a.stdout).into_owned(),
+        String::from_utf8_lossy(&b.stdout).into_owned(),
+    );
+    let holder_end = a
+        .split_whitespace()
+        .nth(1)
+        .and_then(|at| at.parse().ok())
+        .ok_or_else(|| -> AnyError { format!("A printed {a:?}").into() })?;
+    let other_at = b
+        .strip_prefix("acquired ")
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok());
+    Ok(SplitBrain {
+        holder: a.trim().to_owned(),
+        holder_end,
+        other_at,
+    })
+}
+
+/// Split brain over Sentinel: client A holds the lock on a
+/// Sentinel-managed primary; the primary is cut off from its Sentinels, its
+/// replica and client B, but A still reaches it; the Sentinels promote the
+/// replica, and B tries the lock there. Measured with the defaults, with
+/// A's `replica_acks(1)`, and with the server's `min-replicas-to-write 1`
+/// (`min-replicas-max-lag 1`); each outcome is printed, and the two
+/// protections must give no second holder.
+async fn split_brain_over_sentinel(exe: &std::path::Path) -> Outcome {
+    let cases: [(&str, u32, &[&str]); 3] = [
+        ("defaults", 0, &[]),
+        ("replica_acks(1)", 1, &[]),
+        (
+            "min-replicas-to-write 1",
+            0,
+            &[
+                "--min-replicas-to-write",
+                "1",
+                "--min-replicas-max-lag",
+                "1",
+            ],
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, acks, primary_args) in cases {
+        let outcome = split_brain(exe, acks, primary_args).await?;
+        let gap = |at: u64| (at as i64 - outcome.holder_end as i64) / 1000;
+        println!(
+            "{name}: A: {}; B {}; {}",
+            outcome.holder,
+            outcome
+                .other_at
+                .map_or("never got the lock".to_owned(), |at| format!(
+                    "got the lock {} ms after A's protection ended",
+                    gap(at)
+                )),
+            if outcome.two_holders() {
+                "TWO HOLDERS"
+            } else {
+                "one holder"
+            }
+        );
+        if name != "defaults" && outcome.two_holders() {
+            failures.push(name);
+        }
+    }
+    check(
+        failures.is_empty(),
+        format!("two holders with {failures:?}"),
+    )
 }

@@ -27,6 +27,20 @@ impl RedisServer {
         replica
     }
 
+    /// Starts a replica of `primary` inside `host` of a test network
+    /// (`netns.rs`) and waits until its first sync has ended.
+    pub fn start_replica_in(host: &super::netns::Host, primary: &RedisServer) -> RedisServer {
+        let port = primary.port().to_string();
+        let replica = RedisServer::start_in(host, &["--replicaof", primary.address(), &port]);
+        replica.wait_for(
+            "replication",
+            "master_link_status",
+            "up",
+            "the replica's first sync",
+        );
+        replica
+    }
+
     /// One field of `INFO section` (`None` if the server does not report it).
     pub fn info_field(&self, section: &str, field: &str) -> Option<String> {
         let info: String = redis::cmd("INFO")

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::netns::Host;
 use super::{RedisServer, free_port, server_binary};
 
 /// The master name the Sentinels watch.
@@ -16,6 +17,8 @@ pub const MASTER: &str = "mymaster";
 
 /// One Sentinel process. Killed when dropped.
 pub struct Sentinel {
+    /// The address it listens on: 127.0.0.1, or its host's.
+    ip: String,
     port: u16,
     dir: PathBuf,
     child: Child,
@@ -35,17 +38,34 @@ impl Sentinel {
         password: Option<&str>,
         down_after: Duration,
     ) -> Sentinel {
+        Sentinel::launch(None, primary, password, down_after)
+    }
+
+    /// [`start_with`](Self::start_with), inside `host` of a test network
+    /// (`netns.rs`), listening on its address.
+    pub fn start_in(host: &Host, primary: &RedisServer, down_after: Duration) -> Sentinel {
+        Sentinel::launch(Some(host), primary, None, down_after)
+    }
+
+    fn launch(
+        host: Option<&Host>,
+        primary: &RedisServer,
+        password: Option<&str>,
+        down_after: Duration,
+    ) -> Sentinel {
         let port = free_port();
+        let ip = host.map_or_else(|| "127.0.0.1".to_owned(), |host| host.ip.to_string());
         let dir =
             std::env::temp_dir().join(format!("quorlock-sentinel-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("sentinel dir");
         let mut conf = format!(
-            "port {port}\nbind 127.0.0.1\ndir {}\n\
-             sentinel monitor {MASTER} 127.0.0.1 {} 2\n\
+            "port {port}\nbind {ip}\ndir {}\nprotected-mode no\n\
+             sentinel monitor {MASTER} {} {} 2\n\
              sentinel down-after-milliseconds {MASTER} {}\n\
              sentinel failover-timeout {MASTER} 3000\n\
              sentinel parallel-syncs {MASTER} 1\n",
             dir.display(),
+            primary.address(),
             primary.port(),
             down_after.as_millis()
         );
@@ -55,14 +75,23 @@ impl Sentinel {
         let conf_path = dir.join("sentinel.conf");
         std::fs::write(&conf_path, conf).expect("write sentinel.conf");
         let log = std::fs::File::create(dir.join("sentinel.log")).expect("sentinel log");
-        let child = Command::new(server_binary())
+        let mut command = match host {
+            Some(host) => host.command(server_binary()),
+            None => Command::new(server_binary()),
+        };
+        let child = command
             .arg(&conf_path)
             .arg("--sentinel")
             .stdout(Stdio::from(log.try_clone().expect("log")))
             .stderr(Stdio::from(log))
             .spawn()
             .unwrap_or_else(|err| panic!("start {} --sentinel: {err}", server_binary()));
-        let sentinel = Sentinel { port, dir, child };
+        let sentinel = Sentinel {
+            ip,
+            port,
+            dir,
+            child,
+        };
         let deadline = Instant::now() + Duration::from_secs(10);
         while sentinel.primary_port().is_none() {
             assert!(Instant::now() < deadline, "the Sentinel did not answer");
@@ -73,7 +102,7 @@ impl Sentinel {
 
     /// `host:port` of this Sentinel.
     pub fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("{}:{}", self.ip, self.port)
     }
 
     fn connection(&self) -> Option<redis::Connection> {
@@ -173,19 +202,39 @@ impl Sentinels {
                 .map(|_| Sentinel::start_with(primary, password, down_after))
                 .collect(),
         );
+        sentinels.wait_replicas(replicas);
+        sentinels
+    }
+
+    /// Three Sentinels, one in each of `hosts` (`netns.rs`), watching
+    /// `primary`; waits until each knows `replicas` replicas of it.
+    pub fn start_in(
+        hosts: &[Host],
+        primary: &RedisServer,
+        replicas: usize,
+        down_after: Duration,
+    ) -> Sentinels {
+        let sentinels = Sentinels(
+            hosts
+                .iter()
+                .map(|host| Sentinel::start_in(host, primary, down_after))
+                .collect(),
+        );
+        sentinels.wait_replicas(replicas);
+        sentinels
+    }
+
+    /// Waits (for at most 30 s) until each Sentinel knows `replicas`
+    /// replicas of the primary.
+    fn wait_replicas(&self, replicas: usize) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while sentinels
-            .0
-            .iter()
-            .any(|sentinel| sentinel.replicas() < replicas)
-        {
+        while self.0.iter().any(|sentinel| sentinel.replicas() < replicas) {
             assert!(
                 Instant::now() < deadline,
                 "the Sentinels did not discover the replicas"
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        sentinels
     }
 
     /// `redis+sentinel://[:password@]s1,s2,s3/mymaster`.
