@@ -61,6 +61,9 @@ pub(crate) struct Link {
     pub(super) me: Weak<Link>,
     /// The link's calls, for its driver (see [`Coalescing`]).
     pub(super) traffic: Arc<Traffic>,
+    /// The address the last connection of a Sentinel node went to, as the
+    /// Sentinels named it then (see [`primary_moved`](Self::primary_moved)).
+    pub(super) named: Arc<Mutex<Option<String>>>,
 }
 
 impl std::fmt::Debug for Link {
@@ -94,7 +97,34 @@ impl Link {
             state: Mutex::new((0, State::Idle)),
             me: me.clone(),
             traffic: Arc::default(),
+            named: Arc::default(),
         })
+    }
+
+    /// Whether the Sentinels of a Sentinel node, asked now, name another
+    /// primary than the one the connection in use goes to (a failover it
+    /// did not see: an old primary cut off from its Sentinels keeps serving
+    /// the clients that still reach it); if so, the connection is dropped
+    /// and made again, to the primary they name, whose check judges it.
+    /// `false` for other nodes, with no connection, or when no Sentinel
+    /// answers.
+    ///
+    /// Cancel safe: it only reads until it drops the connection.
+    pub(crate) async fn primary_moved(&self) -> bool {
+        if !matches!(self.target, Target::Sentinel(_)) || self.ready().is_none() {
+            return false;
+        }
+        let Ok(client) = self.target.resolve(self.connect_timeout).await else {
+            return false;
+        };
+        let named = client.get_connection_info().addr().to_string();
+        let moved = crate::tasks::lock(&self.named)
+            .as_ref()
+            .is_some_and(|current| *current != named);
+        if moved {
+            self.reconnect();
+        }
+        moved
     }
 
     pub(super) fn state(&self) -> std::sync::MutexGuard<'_, (u64, State)> {
@@ -241,6 +271,7 @@ impl Link {
         let timeout = self.connect_timeout;
         let check = self.check.clone();
         let traffic = self.traffic.clone();
+        let named = self.named.clone();
         let closed = closed_by(self.me.clone(), id);
         let attempt: Attempt = async move {
             let config = AsyncConnectionConfig::new()
@@ -251,13 +282,7 @@ impl Link {
                     Target::Cluster(seeds) => {
                         connect_cluster(seeds, &config, traffic, closed, timeout).await?
                     }
-                    _ => {
-                        let client = target.resolve(timeout).await?;
-                        let connection = connect(&client, &config, traffic, closed)
-                            .await
-                            .map_err(|err| connect_failure(err, timeout))?;
-                        Connection::One(connection)
-                    }
+                    _ => connect_one(&target, &config, traffic, closed, &named, timeout).await?,
                 };
                 check(connection.clone()).await?;
                 Ok(connection)
@@ -395,4 +420,22 @@ pub(super) fn closed_by(link: Weak<Link>, id: u64) -> impl Fn() + Clone + Send +
 /// whichever server the node leads to now, and checks it.
 pub(crate) fn is_broken(err: &RedisError) -> bool {
     err.is_unrecoverable_error() || err.code() == Some("READONLY")
+}
+
+/// Connects to a node that is one server (a fixed one, or the primary its
+/// Sentinels name now, noted in `named`).
+async fn connect_one(
+    target: &Target,
+    config: &AsyncConnectionConfig,
+    traffic: Arc<Traffic>,
+    closed: impl FnOnce() + Send + 'static,
+    named: &Mutex<Option<String>>,
+    timeout: Duration,
+) -> Result<Connection, NodeErrorKind> {
+    let client = target.resolve(timeout).await?;
+    let connection = connect(&client, config, traffic, closed)
+        .await
+        .map_err(|err| connect_failure(err, timeout))?;
+    *crate::tasks::lock(named) = Some(client.get_connection_info().addr().to_string());
+    Ok(Connection::One(connection))
 }

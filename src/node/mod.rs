@@ -173,6 +173,20 @@ impl Node {
                 self.shared.link.reconnect();
                 futures::future::ready(Ok(())).boxed()
             }
+            Errand::FollowSentinels => {
+                let shared = self.shared.clone();
+                async move {
+                    if shared.link.primary_moved().await {
+                        tracing::warn!(
+                            node = %shared.name,
+                            "the Sentinels name another primary than the one in use (a \
+                             failover it did not see): connecting to it, which checks it"
+                        );
+                    }
+                    Ok(())
+                }
+                .boxed()
+            }
         }
     }
 

@@ -95,7 +95,8 @@ pub(super) const WATCH_EVERY: Duration = Duration::from_secs(1);
 
 /// The background reading of the nodes' clocks (see `clock.rs`) and data
 /// marks (`mark_watch.rs`): every [`WATCH_EVERY`], each connected node not
-/// read since is read. Ends with the client.
+/// read since is read; and each Sentinel node's Sentinels are asked which
+/// primary they name (`Errand::FollowSentinels`). Ends with the client.
 pub(super) async fn watch_clocks(weak: Weak<Standings>) {
     loop {
         tokio::time::sleep(WATCH_EVERY).await;
@@ -108,6 +109,10 @@ pub(super) async fn watch_clocks(weak: Weak<Standings>) {
         let reads: Vec<_> = (0..standings.slots.len())
             .filter(|&index| standings.needs_reading(index))
             .map(|index| (recorder.0)(index, Errand::ReadClock))
+            .chain(
+                (0..standings.slots.len())
+                    .map(|index| (recorder.0)(index, Errand::FollowSentinels)),
+            )
             .collect();
         drop(standings);
         for err in futures::future::join_all(reads)

@@ -140,6 +140,9 @@ pub(crate) enum Errand {
     ReadClock,
     /// Connect again, which checks the node again: its data mark changed.
     Recheck,
+    /// Ask a Sentinel node's Sentinels which primary they name, and connect
+    /// again if it is not the one in use (see `Link::primary_moved`).
+    FollowSentinels,
 }
 
 /// Runs an [`Errand`] on node `j`, bounded by the connect timeout.

@@ -9,6 +9,33 @@
 //! has not heard of the failover yet, or a primary demoted since) fails the
 //! check, and the node is resolved again at the next attempt.
 //!
+//! # A failover the connection does not see (split brain)
+//!
+//! Sentinel closes the clients of the servers it reconfigures, but it
+//! cannot reach an old primary cut off from it: that primary goes on
+//! serving the clients that still reach it, as a primary, while the
+//! Sentinels promote its replica. A holder there would extend its lock on
+//! the old primary while another client is granted it on the new one. So
+//! the background reading (once a second, see `standing/`) asks each
+//! Sentinel node's Sentinels which primary they name; where it is not the
+//! one the connection in use went to, the connection is dropped and made
+//! again, to the primary they name, whose check judges it like any other
+//! failover: held back for the grace, the locks held on the node told
+//! (`LostReason::ServerChanged`).
+//!
+//! *Safety*: it only drops a connection, so it can only withhold a grant.
+//! It tells a holder that still reaches one Sentinel within about a second
+//! of the Sentinels naming the new primary, and another client counts that
+//! primary only a grace (at least the longest TTL) after its own first
+//! sight of it, so the holder is told first. *Uncovered*: a holder that
+//! reaches the old primary and no Sentinel cannot tell; there the server's
+//! `min-replicas-to-write 1` (the old primary refuses writes once its
+//! replicas are gone: the holder's next extension fails) or
+//! `RedlockBuilder::replica_acks(1)` closes it (see docs/operations.md).
+//! Sentinels that disagree (one has not heard of the failover yet) can make
+//! the node reconnect more than once during a failover, each time judged
+//! by its check.
+//!
 //! # The URL
 //!
 //! `redis+sentinel://[user:password@]host:port[,host:port…]/<master-name>[/<db>][?sentinel_username=…&sentinel_password=…]`
