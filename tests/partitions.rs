@@ -207,11 +207,7 @@ async fn contender(args: &WorkerArgs<'_>) -> Outcome {
 /// soon after.
 async fn a_holder_cut_off_from_a_majority(exe: &std::path::Path) -> Outcome {
     let net = Net::new();
-    let hosts: Vec<_> = (0..5).map(|_| net.host()).collect();
-    let nodes: Vec<RedisServer> = hosts
-        .iter()
-        .map(|host| RedisServer::start_in(host, &[]))
-        .collect();
+    let (hosts, nodes) = net.servers(5);
     let urls = support::urls(&nodes);
     let ttl = Duration::from_secs(3);
     let a = Redlock::builder(&urls).restart_grace(ttl).build()?;
@@ -296,11 +292,7 @@ async fn a_holder_cut_off_from_a_majority(exe: &std::path::Path) -> Outcome {
 async fn waiters_served_when_notifications_go_silent(exe: &std::path::Path) -> Outcome {
     const RESOURCE: &str = "sale:item-42";
     let net = Net::new();
-    let hosts: Vec<_> = (0..3).map(|_| net.host()).collect();
-    let nodes: Vec<RedisServer> = hosts
-        .iter()
-        .map(|host| RedisServer::start_in(host, &[]))
-        .collect();
+    let (hosts, nodes) = net.servers(3);
     let checker = RedisServer::start_in(&net.host(), &[]);
     let urls = support::urls(&nodes);
     let holder = Redlock::new(&urls)?;
@@ -474,11 +466,7 @@ async fn contend(
 /// are printed.
 async fn lossy_and_slow_links(exe: &std::path::Path) -> Outcome {
     let net = Net::new();
-    let hosts: Vec<_> = (0..5).map(|_| net.host()).collect();
-    let nodes: Vec<RedisServer> = hosts
-        .iter()
-        .map(|host| RedisServer::start_in(host, &[]))
-        .collect();
+    let (hosts, nodes) = net.servers(5);
     let checker = RedisServer::start();
     let urls = support::urls(&nodes);
     const SECONDS: u64 = 8;

@@ -71,11 +71,7 @@ pub async fn run(
     worker_args: &[&str],
 ) -> Result<Report, AnyError> {
     let net = Net::new();
-    let node_hosts: Vec<Host> = (0..5).map(|_| net.host()).collect();
-    let nodes: Vec<RedisServer> = node_hosts
-        .iter()
-        .map(|host| RedisServer::start_in(host, &[]))
-        .collect();
+    let (node_hosts, nodes) = net.servers(5);
     let checker_server = RedisServer::start_in(&net.host(), &[]);
     let worker_hosts: Vec<Host> = (0..plan.workers).map(|_| net.host()).collect();
     let hosts = Hosts {

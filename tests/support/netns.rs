@@ -284,6 +284,16 @@ impl Net {
         }
     }
 
+    /// `n` new hosts with a `redis-server` in each (default options).
+    pub fn servers(&self, n: usize) -> (Vec<Host>, Vec<RedisServer>) {
+        let hosts: Vec<Host> = (0..n).map(|_| self.host()).collect();
+        let servers = hosts
+            .iter()
+            .map(|host| RedisServer::start_in(host, &[]))
+            .collect();
+        (hosts, servers)
+    }
+
     /// The test process's host and every host made.
     fn everyone(&self) -> Vec<Host> {
         let hosts = self.hosts.lock().unwrap();
@@ -332,21 +342,28 @@ impl RedisServer {
 
 /// Loads `rules` with `nft -f -` in namespace `netns`.
 fn nft(netns: &str, rules: &str) {
-    let mut nft = Command::new("ip")
-        .args(["netns", "exec", netns, "nft", "-f", "-"])
+    let mut command = Command::new("ip");
+    command.args(["netns", "exec", netns, "nft", "-f", "-"]);
+    run_with_input(command, rules, "nft rules");
+}
+
+/// Runs `command` with `input` on its standard input; panics, naming
+/// `what` and with its stderr, unless it succeeds.
+fn run_with_input(mut command: Command, input: &str, what: &str) {
+    let mut child = command
         .stdin(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|err| panic!("nft: {err}. {INSTALL_HINT}"));
+        .unwrap_or_else(|err| panic!("{what}: {err}. {INSTALL_HINT}"));
     use std::io::Write;
-    let written = nft
+    let written = child
         .stdin
         .take()
-        .map(|mut stdin| stdin.write_all(rules.as_bytes()));
-    let out = nft.wait_with_output().expect("nft");
+        .map(|mut stdin| stdin.write_all(input.as_bytes()));
+    let out = child.wait_with_output().expect(what);
     assert!(
         matches!(written, Some(Ok(()))) && out.status.success(),
-        "nft rules: {}. {INSTALL_HINT}",
+        "{what}: {}. {INSTALL_HINT}",
         String::from_utf8_lossy(&out.stderr)
     );
 }
@@ -367,24 +384,8 @@ fn neighbours<'a>(host: &Host, entries: impl IntoIterator<Item = (&'a Host, &'a 
         return;
     }
     let mut command = host.ip_command();
-    let mut child = command
-        .args(["-batch", "-"])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|err| panic!("ip: {err}. {INSTALL_HINT}"));
-    use std::io::Write;
-    let written = child
-        .stdin
-        .take()
-        .map(|mut stdin| stdin.write_all(batch.as_bytes()));
-    let out = child.wait_with_output().expect("ip -batch");
-    assert!(
-        matches!(written, Some(Ok(()))) && out.status.success(),
-        "ip neigh in {:?}: {}",
-        host.netns,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    command.args(["-batch", "-"]);
+    run_with_input(command, &batch, &format!("ip neigh in {:?}", host.netns));
 }
 
 /// The address of host `index` of net `slot`: 198.18.0.0/15, a /24 per net.

@@ -18,13 +18,18 @@ impl RedisServer {
             args.extend(["--masterauth", password, "--requirepass", password]);
         }
         let replica = RedisServer::start_with(&args);
-        replica.wait_for(
+        replica.wait_first_sync();
+        replica
+    }
+
+    /// Waits until this replica's link is up and its first sync has ended.
+    fn wait_first_sync(&self) {
+        self.wait_for(
             "replication",
             "master_link_status",
             "up",
             "the replica's first sync",
         );
-        replica
     }
 
     /// Starts a replica of `primary` inside `host` of a test network
@@ -32,12 +37,7 @@ impl RedisServer {
     pub fn start_replica_in(host: &super::netns::Host, primary: &RedisServer) -> RedisServer {
         let port = primary.port().to_string();
         let replica = RedisServer::start_in(host, &["--replicaof", primary.address(), &port]);
-        replica.wait_for(
-            "replication",
-            "master_link_status",
-            "up",
-            "the replica's first sync",
-        );
+        replica.wait_first_sync();
         replica
     }
 
