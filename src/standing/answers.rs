@@ -66,6 +66,8 @@ pub(super) fn config_value(answer: Option<RedisResult<Value>>) -> Option<String>
 pub(super) fn is_refusal(err: &RedisError) -> bool {
     match err.code() {
         Some("NOPERM" | "WRONGTYPE" | "MOVED" | "ASK" | "CROSSSLOT" | "READONLY") => true,
+        // Redis before 7.0 wraps an error inside a script in its own
+        // `ERR Error running script …: -READONLY …`.
         Some("ERR") => err.detail().is_some_and(|detail| {
             let detail = detail.to_ascii_lowercase();
             [
@@ -73,6 +75,7 @@ pub(super) fn is_refusal(err: &RedisError) -> bool {
                 "unknown subcommand",
                 "not allowed",
                 "disabled",
+                "-readonly",
             ]
             .iter()
             .any(|refusal| detail.contains(refusal))
@@ -115,6 +118,8 @@ mod tests {
             "MOVED 3999 127.0.0.1:6381",
             "CROSSSLOT Keys in request don't hash to the same slot",
             "READONLY You can't write against a read only replica.",
+            "ERR Error running script (call to f_ee5b): @user_script:1: @user_script: 1: \
+             -READONLY You can't write against a read only replica.",
         ] {
             assert!(is_refusal(&reply_error(refusal)), "{refusal}");
         }
