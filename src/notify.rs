@@ -19,7 +19,7 @@
 //! Each node gets one pub/sub connection per client, opened by a background
 //! task the first time one of the client's calls waits, subscribed to the
 //! client's channel, reopened if it breaks or goes silent (a `PING` on it
-//! every second, unanswered for two: a connection cut without a reset
+//! every second, unanswered for five: a connection cut without a reset
 //! would otherwise look quiet for as long as the cut lasts, and every
 //! handoff on it would be lost), and closed when the client is
 //! dropped. A waiter listens from before its first round in the queue, and
@@ -49,9 +49,10 @@ const PING_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How long a `PING` on a pub/sub connection may go unanswered before the
 /// connection is taken as dead and reopened: long enough for a node
-/// busy with thousands of waiters to answer, since each reopening makes
-/// every waiter of the client claim once.
-const PING_TIMEOUT: Duration = Duration::from_secs(2);
+/// busy with thousands of waiters, on a loaded machine, to answer, since
+/// each reopening makes every waiter of the client claim once (a node that
+/// cannot answer a PING in 5 s serves no lock meanwhile either).
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The start of a client's channel name; the client id follows. The scripts
 /// build the same name from a waiter id (see `scripts/`).
