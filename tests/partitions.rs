@@ -170,6 +170,18 @@ async fn a_cut_drops_packets_without_a_reset() -> Outcome {
     Ok(())
 }
 
+/// What worker process `worker` printed, once it ended; an error unless it
+/// succeeded.
+async fn worker_output(worker: std::process::Child) -> Result<String, AnyError> {
+    let output = tokio::task::spawn_blocking(move || worker.wait_with_output()).await??;
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    check(
+        output.status.success(),
+        format!("a worker: {} {text}", output.status),
+    )?;
+    Ok(text)
+}
+
 /// The contending process: tries the lock every 50 ms for `seconds`; when a
 /// try succeeds, prints `acquired <wall µs when it returned>` and releases.
 async fn contender(args: &WorkerArgs<'_>) -> Outcome {
@@ -347,12 +359,7 @@ async fn waiters_served_when_notifications_go_silent(exe: &std::path::Path) -> O
     guard.unlock().await?;
     let mut sale = support::sale::Sale::default();
     for worker in workers {
-        let output = tokio::task::spawn_blocking(move || worker.wait_with_output()).await??;
-        let text = String::from_utf8_lossy(&output.stdout);
-        check(
-            output.status.success(),
-            format!("a worker: {} {text}", output.status),
-        )?;
+        let text = worker_output(worker).await?;
         let [served, failed, overlaps, _] =
             support::harness::counts::<4>(text.lines().next().unwrap_or_default())?;
         sale.served += served;
@@ -455,12 +462,7 @@ async fn contend(
         .collect::<Result<_, _>>()?;
     let mut total = [0u64; 3];
     for worker in workers {
-        let output = tokio::task::spawn_blocking(move || worker.wait_with_output()).await??;
-        let text = String::from_utf8_lossy(&output.stdout);
-        check(
-            output.status.success(),
-            format!("a worker: {} {text}", output.status),
-        )?;
+        let text = worker_output(worker).await?;
         let [acquired, failed, overlaps] = support::harness::counts::<3>(&text)?;
         total = [total[0] + acquired, total[1] + failed, total[2] + overlaps];
     }
