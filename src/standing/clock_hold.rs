@@ -111,6 +111,7 @@ pub(super) async fn watch_clocks(weak: Weak<Standings>) {
             .map(|index| (recorder.0)(index, Errand::ReadClock))
             .chain(
                 (0..standings.slots.len())
+                    .filter(|&index| standings.follows_failovers.get(index) == Some(&true))
                     .map(|index| (recorder.0)(index, Errand::FollowSentinels)),
             )
             .collect();
