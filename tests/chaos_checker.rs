@@ -13,7 +13,7 @@ mod support;
 
 use std::time::Duration;
 
-use chaos_harness::checker::{Entry, enter, holder_id, leave, now_us};
+use chaos_harness::checker::{Entry, Mode, enter, enter_as, holder_id, leave, leave_from, now_us};
 use redis::AsyncCommands;
 use support::RedisServer;
 
@@ -139,4 +139,86 @@ async fn the_counter_and_last_end_checker_took_an_overstay_for_an_overlap() {
         old_enter(&mut checker, now_us() - 1_000).await,
         "a late entry, the old checker's false overlap"
     );
+}
+
+/// Readers beside readers are no overlap; a writer beside a valid reader
+/// is, and a reader beside a valid writer is.
+#[tokio::test]
+async fn readers_share_and_exclude_writers() {
+    let server = RedisServer::start();
+    let mut checker = checker(&server).await;
+    let inside = "inside:rw";
+    let (r1, r2, w, r3) = (holder_id(), holder_id(), holder_id(), holder_id());
+    let until = in_us(1_000_000);
+    let none = Entry::default();
+    assert_eq!(
+        enter_as(&mut checker, inside, &r1, until, Mode::Reader)
+            .await
+            .unwrap(),
+        none
+    );
+    assert_eq!(
+        enter_as(&mut checker, inside, &r2, until, Mode::Reader)
+            .await
+            .unwrap(),
+        none
+    );
+    let writer = enter_as(&mut checker, inside, &w, until, Mode::Exclusive)
+        .await
+        .unwrap();
+    assert_eq!(writer.overlaps, 2, "a writer beside two readers");
+    leave_from(&mut checker, inside, &r1, Mode::Reader)
+        .await
+        .unwrap();
+    leave_from(&mut checker, inside, &r2, Mode::Reader)
+        .await
+        .unwrap();
+    let reader = enter_as(&mut checker, inside, &r3, until, Mode::Reader)
+        .await
+        .unwrap();
+    assert_eq!(reader.overlaps, 1, "a reader beside the writer");
+    leave_from(&mut checker, inside, &w, Mode::Exclusive)
+        .await
+        .unwrap();
+    leave_from(&mut checker, inside, &r3, Mode::Reader)
+        .await
+        .unwrap();
+    let alone = enter_as(&mut checker, inside, &w, until, Mode::Exclusive)
+        .await
+        .unwrap();
+    assert_eq!(alone, none, "every holder left");
+}
+
+/// With 3 permits, 3 valid holders are no overlap, a fourth is one; an
+/// expired fourth inside is an overstay, not an overlap.
+#[tokio::test]
+async fn a_counted_mode_allows_its_capacity() {
+    let server = RedisServer::start();
+    let mut checker = checker(&server).await;
+    let inside = "inside:sem";
+    let three = Mode::Counted(3);
+    let until = in_us(1_000_000);
+    let expired = holder_id();
+    enter_as(&mut checker, inside, &expired, in_us(20_000), three)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (a, b, c, d) = (holder_id(), holder_id(), holder_id(), holder_id());
+    for holder in [&a, &b, &c] {
+        let entry = enter_as(&mut checker, inside, holder, until, three)
+            .await
+            .unwrap();
+        assert_eq!(entry.overlaps, 0, "{entry:?}");
+        assert_eq!(entry.overstays, 1, "{entry:?}");
+    }
+    let fourth = enter_as(&mut checker, inside, &d, until, three)
+        .await
+        .unwrap();
+    assert_eq!(fourth.overlaps, 1, "{fourth:?}");
+    leave_from(&mut checker, inside, &d, three).await.unwrap();
+    leave_from(&mut checker, inside, &a, three).await.unwrap();
+    let again = enter_as(&mut checker, inside, &d, until, three)
+        .await
+        .unwrap();
+    assert_eq!(again.overlaps, 0, "{again:?}");
 }

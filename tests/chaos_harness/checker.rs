@@ -16,6 +16,10 @@
 //! still inside: the third read the second's end, still running, though
 //! the second had left; or an entrant that came in late beside a valid
 //! holder).
+//!
+//! Each resource has its own set of holders inside ([`enter_as`]), and each
+//! holder its [`Mode`]: alone (a lock), a reader (beside other readers
+//! only) or one of a counted few (a semaphore's permits).
 
 use redis::aio::MultiplexedConnection;
 
@@ -23,25 +27,56 @@ use redis::aio::MultiplexedConnection;
 /// validity (µs since the Unix epoch).
 pub const INSIDE: &str = "chaos:inside";
 
-/// Enters `KEYS[1]` as `ARGV[1]`, valid until `ARGV[2]` (µs): returns
-/// `{overlaps, overstays, late}`: where the entrant's validity runs past
-/// now (the checker's `TIME`), the holders inside whose validity does too;
-/// the holders inside whose validity has ended; and 1 where the entrant's
-/// own has.
+/// Enters `KEYS[1]` as `ARGV[1]`, valid until `ARGV[2]` (µs), in mode
+/// `ARGV[3]` (see [`Mode`]; the member is `ARGV[1] .. "." .. ARGV[3]`):
+/// returns `{overlaps, overstays, late}`: where the entrant's validity runs
+/// past now (the checker's `TIME`), the holders inside whose validity does
+/// too and that the entrant's mode excludes (for a counted mode, those
+/// beyond `ARGV[4] - 1`); the holders inside whose validity has ended; and
+/// 1 where the entrant's own has.
 const ENTER: &str = r#"local time = redis.call("time")
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local valid = tonumber(ARGV[2]) > now
+local mode = ARGV[3]
 local inside = redis.call("zrange", KEYS[1], 0, -1, "withscores")
-local overlaps, overstays = 0, 0
+local conflicts, overstays = 0, 0
 for i = 2, #inside, 2 do
     if tonumber(inside[i]) <= now then
         overstays = overstays + 1
-    elseif valid then
-        overlaps = overlaps + 1
+    elseif valid and (mode ~= "r" or string.sub(inside[i - 1], -1) ~= "r") then
+        conflicts = conflicts + 1
     end
 end
-redis.call("zadd", KEYS[1], ARGV[2], ARGV[1])
+local overlaps = conflicts
+if mode == "c" then
+    overlaps = math.max(0, conflicts - tonumber(ARGV[4]) + 1)
+end
+redis.call("zadd", KEYS[1], ARGV[2], ARGV[1] .. "." .. mode)
 return {overlaps, overstays, valid and 0 or 1}"#;
+
+/// How a holder shares what it holds: the rule its entry is checked by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Alone: every other valid holder is an overlap (a lock, a set's
+    /// member, a writer, a leader, a semaphore's slot).
+    Exclusive,
+    /// A reader: only valid holders that are not readers are overlaps.
+    Reader,
+    /// One of at most this many: the valid holders beyond one less are
+    /// overlaps (a semaphore's permits).
+    Counted(u32),
+}
+
+impl Mode {
+    /// Its tag in the member's name.
+    fn tag(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "x",
+            Mode::Reader => "r",
+            Mode::Counted(_) => "c",
+        }
+    }
+}
 
 /// What a holder found inside when it entered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -56,16 +91,34 @@ pub struct Entry {
 }
 
 /// Enters the critical section as `holder` (unique per acquisition),
-/// valid until `valid_until_us` (µs since the Unix epoch).
+/// valid until `valid_until_us` (µs since the Unix epoch), alone.
 pub async fn enter(
     checker: &mut MultiplexedConnection,
     holder: &str,
     valid_until_us: u64,
 ) -> redis::RedisResult<Entry> {
+    enter_as(checker, INSIDE, holder, valid_until_us, Mode::Exclusive).await
+}
+
+/// Enters the critical section whose holders are kept in `inside`, as
+/// `holder` valid until `valid_until_us`, in `mode`.
+pub async fn enter_as(
+    checker: &mut MultiplexedConnection,
+    inside: &str,
+    holder: &str,
+    valid_until_us: u64,
+    mode: Mode,
+) -> redis::RedisResult<Entry> {
+    let capacity = match mode {
+        Mode::Counted(capacity) => capacity,
+        _ => 1,
+    };
     let (overlaps, overstays, late): (u64, u64, u64) = redis::Script::new(ENTER)
-        .key(INSIDE)
+        .key(inside)
         .arg(holder)
         .arg(valid_until_us)
+        .arg(mode.tag())
+        .arg(capacity)
         .invoke_async(checker)
         .await?;
     Ok(Entry {
@@ -77,9 +130,19 @@ pub async fn enter(
 
 /// Leaves the critical section.
 pub async fn leave(checker: &mut MultiplexedConnection, holder: &str) -> redis::RedisResult<()> {
+    leave_from(checker, INSIDE, holder, Mode::Exclusive).await
+}
+
+/// Leaves the critical section kept in `inside`, entered in `mode`.
+pub async fn leave_from(
+    checker: &mut MultiplexedConnection,
+    inside: &str,
+    holder: &str,
+    mode: Mode,
+) -> redis::RedisResult<()> {
     let _: i64 = redis::cmd("ZREM")
-        .arg(INSIDE)
-        .arg(holder)
+        .arg(inside)
+        .arg(format!("{holder}.{}", mode.tag()))
         .query_async(checker)
         .await?;
     Ok(())
