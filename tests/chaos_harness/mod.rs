@@ -41,6 +41,8 @@
 pub mod checker;
 mod data_loss;
 mod failovers;
+mod mixed;
+mod mixed_worker;
 mod partitions;
 
 use std::process::{Child, Command, Stdio};
@@ -116,6 +118,9 @@ pub enum Restarts {
     /// network; the faults are silent cuts and lossy links (see
     /// `partitions.rs`).
     Partitions,
+    /// Every fault above, drawn at random, on every primitive (see
+    /// `mixed.rs`).
+    Mixed,
 }
 
 impl Plan {
@@ -205,6 +210,28 @@ impl Plan {
         }
     }
 
+    /// Every fault at random (see `mixed.rs`) for `acquisitions` faulted
+    /// acquisitions, `tasks` tasks per worker process taking every
+    /// primitive with a patience of 5 s, 1 ms critical sections, the ones
+    /// at a fault held across it; a TTL of 2 s, so that a holder is still
+    /// valid when a promoted replica starts to serve; fencing tokens
+    /// checked.
+    pub fn mixed(
+        workers: usize,
+        tasks: usize,
+        acquisitions: u64,
+        limit: Duration,
+        protected: bool,
+    ) -> Self {
+        Plan {
+            restarts: Restarts::Mixed,
+            fencing: true,
+            ttl: Duration::from_secs(2),
+            ..Plan::immediate(workers, acquisitions, limit, protected)
+                .with_waiters(tasks, Duration::from_secs(5))
+        }
+    }
+
     /// The same run with `tasks` tasks per worker process, each `lock`
     /// call waiting up to `patience`: hundreds of waiters per process
     /// queue on the lock under the faults.
@@ -244,6 +271,13 @@ pub struct Report {
     /// Partitions by kind: a holder cut off, a minority cut off, asymmetric
     /// reach, lossy links (see `partitions.rs`).
     pub partitions: [u64; 4],
+    /// Episodes of each kind of fault of the run with every fault, in the
+    /// order of `mixed::Fault::ALL`.
+    pub mixed_faults: [u64; 12],
+    /// Episodes of that run with a lossy link on top.
+    pub overlaid_losses: u64,
+    /// Per primitive of that run: acquisitions, overlaps, failed calls.
+    pub primitives: mixed_worker::Tallies,
     /// The longest wait for an acquisition after a partition healed.
     pub longest_unavailable_after_heal: Duration,
     /// Acquisitions made while a minority of nodes was frozen or down.
@@ -280,6 +314,10 @@ impl Report {
             );
         }
         let restart = match plan.restarts {
+            Restarts::Mixed => {
+                mixed::print(self);
+                "none"
+            }
             Restarts::Delayed => "delayed",
             Restarts::Immediate => "immediate",
             Restarts::ClockSteps => {
@@ -333,7 +371,7 @@ impl Report {
         };
         if !matches!(
             plan.restarts,
-            Restarts::ClockSteps | Restarts::DataLoss | Restarts::Partitions
+            Restarts::ClockSteps | Restarts::DataLoss | Restarts::Partitions | Restarts::Mixed
         ) {
             println!(
                 "  faults injected         {} ({} freezes, {} kills with {restart} restart, {} majority outage)",
@@ -393,6 +431,9 @@ impl Report {
         if self.longest_failed_call > plan.patience + plan.slack {
             return Err(format!("a failed call took {:?}", self.longest_failed_call));
         }
+        if plan.restarts == Restarts::Mixed {
+            return self.check_mixed();
+        }
         if plan.restarts == Restarts::Failovers {
             if self.failovers < FAILOVERS {
                 return Err(format!("only {} failovers", self.failovers));
@@ -432,6 +473,27 @@ impl Report {
         }
         if self.acquired_during_minority_faults == 0 {
             return Err("no acquisitions while a minority was faulty".into());
+        }
+        Ok(())
+    }
+}
+
+impl Report {
+    /// What only the run with every fault must show besides the common
+    /// properties: its outage and recovery, every kind of fault, every
+    /// primitive acquired.
+    fn check_mixed(&self) -> Result<(), String> {
+        if self.majority_outages == 0 || self.resumed_after_recovery.is_none() {
+            return Err("locking did not resume after the majority outage".into());
+        }
+        if self.mixed_faults.contains(&0) {
+            return Err(format!("not every kind of fault: {:?}", self.mixed_faults));
+        }
+        if let Some(never) = mixed_worker::Primitive::ALL
+            .iter()
+            .find(|p| self.primitives[**p as usize][0] == 0)
+        {
+            return Err(format!("no {} were acquired", never.name()));
         }
         Ok(())
     }
@@ -496,19 +558,33 @@ pub async fn worker(checker: &str, nodes: &[String]) -> Result<(), AnyError> {
         .retry_delay(Duration::from_millis(10))
         .retry_jitter(Duration::from_millis(10))
         .build()?;
+    let mixed: Option<i64> = checker.clone().get("chaos:mixed").await?;
+    let patience = patience_ms.map_or(ACQUIRE_TIMEOUT, Duration::from_millis);
     let tasks: Vec<_> = (0..tasks.unwrap_or(TASKS_PER_WORKER))
-        .map(|_| tokio::spawn(worker_task(redlock.clone(), checker.clone(), hold)))
+        .map(|_| {
+            let (redlock, checker) = (redlock.clone(), checker.clone());
+            tokio::spawn(async move {
+                if mixed.is_some() {
+                    mixed_worker::task(redlock, checker, hold, patience).await
+                } else {
+                    let tally = worker_task(redlock, checker, hold).await?;
+                    Ok((tally, mixed_worker::Tallies::default()))
+                }
+            })
+        })
         .collect();
     let mut tally = Tally::default();
+    let mut tallies = mixed_worker::Tallies::default();
     for task in tasks {
-        let one = task.await??;
-        tally.acquisitions += one.acquisitions;
-        tally.overlaps += one.overlaps;
-        tally.overstays += one.overstays;
-        tally.failed += one.failed;
-        tally.granted_during_outage += one.granted_during_outage;
-        tally.longest_failed = tally.longest_failed.max(one.longest_failed);
-        tally.fencing_violations += one.fencing_violations;
+        let (one, by_primitive) = task.await??;
+        tally.add(&one);
+        for (sum, one) in tallies
+            .iter_mut()
+            .flatten()
+            .zip(by_primitive.iter().flatten())
+        {
+            *sum += one;
+        }
     }
     redlock.flush().await;
     println!(
@@ -521,6 +597,10 @@ pub async fn worker(checker: &str, nodes: &[String]) -> Result<(), AnyError> {
         tally.longest_failed.as_micros(),
         tally.fencing_violations
     );
+    if mixed.is_some() {
+        let fields: Vec<String> = tallies.iter().flatten().map(u64::to_string).collect();
+        println!("chaos-primitives {}", fields.join(" "));
+    }
     Ok(())
 }
 
@@ -554,6 +634,19 @@ struct Tally {
     granted_during_outage: u64,
     longest_failed: Duration,
     fencing_violations: u64,
+}
+
+impl Tally {
+    /// Adds `other`'s counts to this one.
+    fn add(&mut self, other: &Tally) {
+        self.acquisitions += other.acquisitions;
+        self.overlaps += other.overlaps;
+        self.overstays += other.overstays;
+        self.failed += other.failed;
+        self.granted_during_outage += other.granted_during_outage;
+        self.longest_failed = self.longest_failed.max(other.longest_failed);
+        self.fencing_violations += other.fencing_violations;
+    }
 }
 
 /// One task of a worker: locks until the checker's `stop` key is set.
@@ -652,6 +745,7 @@ pub async fn run(
     match plan.restarts {
         Restarts::Failovers => return failovers::run(plan, exe, worker_args).await,
         Restarts::Partitions => return partitions::run(plan, exe, worker_args).await,
+        Restarts::Mixed => return mixed::run(plan, exe, worker_args).await,
         _ => {}
     }
     let (mut nodes, clocks): (Vec<RedisServer>, Vec<Clock>) = match plan.restarts {
@@ -893,6 +987,7 @@ async fn configure(
         (plan.fencing, "chaos:fencing"),
         (!plan.protected, "chaos:unprotected"),
         (plan.hold_on_signal, "chaos:hold-on-signal"),
+        (plan.restarts == Restarts::Mixed, "chaos:mixed"),
     ] {
         if on {
             pipe.set(key, 1);
@@ -971,6 +1066,17 @@ async fn collect(
         else {
             return Err(format!("bad tally {line:?}").into());
         };
+        if let Some(line) = text
+            .lines()
+            .find_map(|line| line.strip_prefix("chaos-primitives "))
+        {
+            let fields = line
+                .split_whitespace()
+                .filter_map(|f| f.parse::<u64>().ok());
+            for (sum, one) in report.primitives.iter_mut().flatten().zip(fields) {
+                *sum += one;
+            }
+        }
         report.acquisitions += acquisitions;
         report.overlaps += overlaps;
         report.overstays += overstays;

@@ -200,7 +200,7 @@ async fn majority_outage(
 
 /// Waits (up to 30 s) for the next acquisition after a heal, and keeps the
 /// longest such wait.
-async fn unavailable_after_heal(
+pub(super) async fn unavailable_after_heal(
     checker: &mut redis::aio::MultiplexedConnection,
     report: &mut Report,
 ) -> Result<(), AnyError> {

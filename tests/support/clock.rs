@@ -13,6 +13,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use super::netns::Host;
 use super::{RedisServer, free_port};
 
 /// The shim, built once per test process.
@@ -54,7 +55,22 @@ impl ClockServer {
     /// Starts a server on a free loopback port with the shim, its clock at
     /// the true time.
     pub fn start() -> ClockServer {
-        let mut server = RedisServer::on_port(free_port(), &[]);
+        ClockServer::with_shim(RedisServer::on_port(free_port(), &[]))
+    }
+
+    /// Starts a server with the shim inside `host` of a test network
+    /// (`netns.rs`), with `extra_args`, its clock at the true time.
+    pub fn start_in(host: &Host, extra_args: &[&str]) -> ClockServer {
+        let mut args = vec!["--protected-mode", "no"];
+        args.extend_from_slice(extra_args);
+        let mut server = RedisServer::on_port(free_port(), &args);
+        server.address = host.ip.to_string();
+        server.netns = host.netns.clone();
+        ClockServer::with_shim(server)
+    }
+
+    /// Starts `server` (not started yet) with the shim.
+    fn with_shim(mut server: RedisServer) -> ClockServer {
         std::fs::create_dir_all(&server.dir).expect("server dir");
         let offset_file = server.dir.join("clock-offset-ms");
         std::fs::write(&offset_file, "0").expect("offset file");

@@ -52,7 +52,7 @@ impl RedisServer {
     /// replication id changes.
     pub fn resync_from(&self, source: &RedisServer) {
         let _: () = redis::cmd("REPLICAOF")
-            .arg("127.0.0.1")
+            .arg(source.address())
             .arg(source.port())
             .query(&mut self.connection())
             .expect("REPLICAOF");
