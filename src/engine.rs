@@ -19,9 +19,9 @@ use crate::node::{Node, Timeouts};
 use crate::notify::{Gates, Notifications};
 use crate::queue::entries::{self as queue, Place};
 use crate::quorum::{self, Ttl};
-use crate::request::WRITE_SUFFIX;
 use crate::request::{GATE_SUFFIX, INTENT_SUFFIX, LEADER_SUFFIX, PERMIT_INFIX, READ_SUFFIX};
 use crate::request::{LockId, Request, new_token};
+use crate::request::{WRITE_SUFFIX, WRITERS_SUFFIX};
 use crate::round::{NodeSet, Round, Until};
 use crate::session::{self, LiveKeys, Session};
 use crate::standing::{self, NotReady, RestartPolicy, Standings};
@@ -251,13 +251,13 @@ impl Engine {
         {
             return Some("its key is the nodes' record's (see `Redlock::RECORD_SUFFIX`)");
         }
-        if [WRITE_SUFFIX, READ_SUFFIX, INTENT_SUFFIX]
+        if [WRITE_SUFFIX, READ_SUFFIX, INTENT_SUFFIX, WRITERS_SUFFIX]
             .iter()
             .any(|suffix| key.ends_with(suffix.as_bytes()))
         {
             return Some(
                 "its key ends like the keys of a read-write lock \
-                 (`:quorlock-write`, `:quorlock-read`, `:quorlock-intent`)",
+                 (`:quorlock-write`, `:quorlock-read`, `:quorlock-intent`, `:quorlock-writers`)",
             );
         }
         if key.ends_with(LEADER_SUFFIX.as_bytes()) {

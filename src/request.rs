@@ -22,6 +22,10 @@ pub(crate) const READ_SUFFIX: &str = ":quorlock-read";
 /// intent: the writer's id, with a short TTL that the writer's rounds
 /// renew; while it exists, no reader is granted there.
 pub(crate) const INTENT_SUFFIX: &str = ":quorlock-intent";
+/// What follows a read-write lock's key in the key of its writers' gate: a
+/// plain lock whose queue orders the writers that were refused, so that
+/// one at a time leaves its intent (see `acquire/rw.rs`).
+pub(crate) const WRITERS_SUFFIX: &str = ":quorlock-writers";
 
 /// What follows a leader's lock key (the key prefix and the election's
 /// name) in the key of its record: a string, `token term identity`, written

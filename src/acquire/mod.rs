@@ -15,7 +15,8 @@
 //! keys only choose which correct round to make and when (see `queue/`).
 //!
 //!
-//! The read-write lock's keys and safety argument are in `rw.rs`; locks on
+//! The read-write lock's keys and safety argument are in `rw.rs`, a
+//! waiting writer's turn in `writers.rs`; locks on
 //! several resources take their turn as `sets.rs` describes, and a `lock`
 //! call's place in the queue is `queue/waiter.rs`.
 //!
@@ -24,13 +25,15 @@
 //! The entry points here ([`acquire`], [`acquire_key`], [`acquire_rw`]);
 //! `how.rs`, how a call waits and whether it is fenced; `start.rs`, the
 //! checks and metrics around a call; `acquisition.rs`, the loop as named
-//! steps; `in_flight.rs`, a round in flight; `rw.rs`, the read-write lock.
+//! steps; `in_flight.rs`, a round in flight; `rw.rs`, the read-write lock;
+//! `writers.rs`, a waiting writer's turn.
 
 mod acquisition;
 mod how;
 mod in_flight;
 mod rw;
 mod start;
+mod writers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +41,7 @@ use std::time::Duration;
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::guard::LockGuard;
-use crate::request::{RwKeys, Shape, new_token};
+use crate::request::{RwKeys, Shape};
 pub(crate) use acquisition::retry_delay;
 pub(crate) use how::{Fencing, How, Metered, RwSide, Waits, Wanted};
 pub(crate) use start::{acquire_metered, acquire_with_meter, kind};
@@ -75,8 +78,9 @@ pub(crate) async fn acquire_key(
 /// Takes a read hold or the write hold (`side`) of the read-write lock on
 /// `resource`: one round ([`Waits::No`]), or rounds after the
 /// jittered retry delay until the call's patience ends; a waiting writer
-/// leaves its intent on the nodes that refused it, so that no new reader is
-/// granted there meanwhile (see `Redlock::write`).
+/// takes its turn at the writers' gate (`writers.rs`) and leaves its intent
+/// on the nodes that refused it, so that no new reader is granted there
+/// meanwhile (see `Redlock::write`).
 pub(crate) async fn acquire_rw(
     engine: &Arc<Engine>,
     resource: &[u8],
@@ -88,9 +92,12 @@ pub(crate) async fn acquire_rw(
     let resources = std::slice::from_ref(&resource);
     let keys = RwKeys::of(&key);
     let shape = match side {
+        RwSide::Write if waits == Waits::WithPatience => {
+            return writers::write_in_turn(engine, resource, key, ttl).await;
+        }
         RwSide::Write => Shape::Write {
             keys,
-            intent: (waits == Waits::WithPatience).then(new_token),
+            intent: None,
             intent_ms: engine.config.intent_ms(),
         },
         RwSide::Read => Shape::Read(keys),

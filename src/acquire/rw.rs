@@ -61,7 +61,8 @@
 //! it from every node ([`Intent`]). Once it is on a quorum, no reader can
 //! win, so the writer waits only for the readers already in. The cost is on
 //! the readers' side: writers that wait all the time keep readers out
-//! (writers are preferred).
+//! (writers are preferred). A waiting writer leaves an intent only once
+//! it holds the writers' gate (`writers.rs`), one writer at a time.
 
 use std::sync::Arc;
 

@@ -145,8 +145,9 @@ impl Redlock {
     /// plain lock ([`lock`](Self::lock)) on the same name: its keys are the
     /// resource's key followed by `:quorlock-write` (the writer's token),
     /// `:quorlock-read` (the readers: each reader's entry ends on its own,
-    /// so readers with different TTLs neither extend nor shorten each other)
-    /// and `:quorlock-intent` (a waiting writer). Each round runs one script
+    /// so readers with different TTLs neither extend nor shorten each other),
+    /// `:quorlock-intent` (a waiting writer) and `:quorlock-writers` (the
+    /// writers' gate, see [`write`](Self::write)). Each round runs one script
     /// per node, granted there only when no writer holds the lock and no
     /// writer waits; a quorum of grants with validity left wins, as for the
     /// plain lock. The guard's `extend`, `unlock`, `run`, `forget` and Drop
@@ -199,7 +200,13 @@ impl Redlock {
     /// the lock there and no reader's hold is left; a quorum of grants with
     /// validity left wins.
     ///
-    /// **No writer starvation.** A refused round leaves the writer's
+    /// **Writers take turns.** A writer refused at its first round queues
+    /// at the lock's *writers' gate* (a plain lock on the resource's key
+    /// followed by `:quorlock-writers`), fairly across processes; only the
+    /// writer holding the gate goes on (see `acquire/writers.rs`), so that
+    /// many writers at once do not split the nodes between them.
+    ///
+    /// **No writer starvation.** The gate holder's refused round leaves its
     /// *intent* on each node that refused it (unless another writer's
     /// intent is there), and no new reader is granted on a node with an
     /// intent. Once a quorum of nodes holds it, no reader can win a round,
@@ -223,7 +230,8 @@ impl Redlock {
     ///
     /// # Cancel safety
     ///
-    /// As [`lock`](Self::lock); the intent is removed in the background.
+    /// As [`lock`](Self::lock); the intent is removed and the gate
+    /// released in the background.
     pub async fn write(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<LockGuard> {
         let waits = Waits::as_configured(&self.engine.config);
         acquire_rw(&self.engine, resource.as_ref(), ttl, waits, RwSide::Write).await
