@@ -472,6 +472,7 @@ fn promote(group: &mut Group) -> Result<(), AnyError> {
     }
     forced.map_err(|err| format!("SENTINEL FAILOVER: {err}"))?;
     group.sentinels.wait_primary(group.replica.1.port());
+    group.replica.1.keep_primary_on_restart();
     let host = group.primary.0.clone();
     let replica = RedisServer::start_replica_in(&host, &group.replica.1);
     let old = std::mem::replace(&mut group.replica, (host, replica));

@@ -127,6 +127,17 @@ impl RedisServer {
         self.wait_for("replication", "master_link_status", "down", "the cut link");
     }
 
+    /// A replica that was promoted starts as a primary when restarted: its
+    /// `--replicaof` (and the primary's address after it) is dropped from
+    /// its arguments. (Restarted with them, it would come back as a replica
+    /// of its old primary.)
+    pub fn keep_primary_on_restart(&mut self) {
+        if let Some(at) = self.extra_args.iter().position(|arg| arg == "--replicaof") {
+            self.extra_args
+                .drain(at..(at + 3).min(self.extra_args.len()));
+        }
+    }
+
     /// Makes this replica a primary (`REPLICAOF NO ONE`), cutting its link:
     /// what its primary writes from now on does not reach it.
     pub fn promote(&self) {
