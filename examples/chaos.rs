@@ -40,12 +40,14 @@
 //! fencing tokens are checked.
 //!
 //! With `--all-faults` (as root), every fault above at random, one episode
-//! at a time, a third of them with a lossy link on top, on five nodes in a
+//! at a time, each with a chance of one in three of a lossy link on top,
+//! and a majority outage after every twelve episodes, on five nodes in a
 //! test network (two durable, two without persistence, all four behind the
 //! clock shim, and a Sentinel group), 4 worker processes of 150 tasks each
 //! taking plain locks, sets, read and write holds, semaphore permits and
 //! a leadership (see `tests/chaos_harness/mixed.rs`); ACQUISITIONS counts
-//! the acquisitions made during the faults. With `--unprotected`, the
+//! the acquisitions made during the faults, and every kind of fault comes
+//! at least 5 times. With `--unprotected`, the
 //! restart, failover and data protections and the clock watch are off: the
 //! control, which shows the overlaps they prevent.
 //!
@@ -133,13 +135,8 @@ fn main() -> ExitCode {
     };
     let limit = Duration::from_secs(600);
     let plan = if all_faults {
-        chaos_harness::Plan::mixed(
-            4,
-            150,
-            acquisitions,
-            Duration::from_secs(1800),
-            !unprotected,
-        )
+        let limit = Duration::from_secs(1800);
+        chaos_harness::Plan::mixed((4, 150), (acquisitions, 5), limit, !unprotected)
     } else if partitions {
         chaos_harness::Plan::partitions(4, acquisitions, limit)
     } else if data_loss {

@@ -81,7 +81,7 @@ fn main() -> ExitCode {
         ),
         (
             "chaos_every_fault_at_once_never_gives_two_holders",
-            chaos_harness::Plan::mixed(4, 100, 1_000, Duration::from_secs(240), true),
+            chaos_harness::Plan::mixed((4, 100), (1_000, 1), Duration::from_secs(240), true),
         ),
     ] {
         if filter.is_some_and(|filter| !name.contains(filter.as_str())) {

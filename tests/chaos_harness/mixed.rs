@@ -9,9 +9,10 @@
 //! read and write holds, semaphore permits and a leadership
 //! (`mixed_worker.rs`), all checked on the checker.
 //!
-//! The injector draws faults at random (every kind once, in a shuffled
-//! order, before any repeats), one episode at a time, a third of them with
-//! a lossy link (5-20 %) to one more node on top:
+//! The injector draws faults at random (in rounds of every kind, each in
+//! a shuffled order, until each came the plan's number of times), one
+//! episode at a time, each with a chance of one in three of a lossy link
+//! (5-20 %) to one more node on top:
 //! - **freezes** (SIGSTOP) of one or two nodes, for 0.2-0.8 s;
 //! - **kills** of one or two nodes, restarted after more than the TTL
 //!   (empty, or from their append-only file where durable);
@@ -27,10 +28,11 @@
 //!   three nodes for its validity, one or two nodes cut off, asymmetric
 //!   reach, lossy links to one to three nodes;
 //!
-//! and once, half-way, a majority cut off from every worker for 2 s, in
-//! which no lock may be granted. The acquisitions made during the episodes
-//! are the run's **faulted acquisitions**; the run ends when they reach the
-//! plan's number. After each heal, the time until the next acquisition is
+//! and after each round of twelve episodes, a majority cut off from every
+//! worker for 2 s, in which no lock may be granted. The acquisitions made
+//! during the episodes are the run's **faulted acquisitions**; the run ends
+//! when they reach the plan's number and every kind of fault (and the
+//! outage) has come the plan's `episodes_per_kind` times. After each heal, the time until the next acquisition is
 //! the unavailability the heal left.
 
 use std::time::{Duration, Instant};
@@ -211,21 +213,22 @@ pub async fn run(
     let started = Instant::now();
     let mut result = Ok(());
     let mut order = Vec::new();
-    while report.majority_outages == 0
-        || report.acquired_during_minority_faults < plan.acquisitions
-        || report.mixed_faults.contains(&0)
+    let per_kind = plan.episodes_per_kind;
+    let episodes = |report: &Report| report.mixed_faults.iter().sum::<u64>();
+    while report.acquired_during_minority_faults < plan.acquisitions
+        || report.mixed_faults.iter().any(|&n| n < per_kind)
+        || report.majority_outages < per_kind
     {
         if started.elapsed() > plan.limit {
             result = Err(format!("the run passed its limit of {:?}", plan.limit));
             break;
         }
-        if report.majority_outages == 0
-            && report.acquired_during_minority_faults >= plan.acquisitions / 2
-        {
+        let kinds = Fault::ALL.len() as u64;
+        if episodes(&report) >= kinds * (report.majority_outages + 1) {
             majority_outage(&world, &mut checker, &mut report).await?;
             continue;
         }
-        let fault = next_fault(&mut order, &report);
+        let fault = next_fault(&mut order, &report, per_kind);
         let before = acquired_so_far(&mut checker).await?;
         if rand::rng().random_range(0..3) == 0 {
             let (n, percent) = (
@@ -247,12 +250,15 @@ pub async fn run(
     Ok(report)
 }
 
-/// The next fault: the kinds not yet injected in a shuffled order, then
-/// any at random.
-fn next_fault(order: &mut Vec<Fault>, report: &Report) -> Fault {
+/// The next fault: rounds of every kind not yet injected `per_kind`
+/// times, each round in a shuffled order, then any kind at random.
+fn next_fault(order: &mut Vec<Fault>, report: &Report, per_kind: u64) -> Fault {
     let mut rng = rand::rng();
-    if order.is_empty() && report.mixed_faults.contains(&0) {
-        *order = Fault::ALL.to_vec();
+    if order.is_empty() {
+        *order = (Fault::ALL.iter())
+            .filter(|fault| report.mixed_faults[**fault as usize] < per_kind)
+            .copied()
+            .collect();
         order.shuffle(&mut rng);
     }
     order

@@ -94,6 +94,10 @@ pub struct Plan {
     pub protected: bool,
     /// The TTL of every lock.
     pub ttl: Duration,
+    /// The run with every fault (`mixed.rs`) injects each kind of fault
+    /// at least this often, and a majority outage after each round of
+    /// every kind.
+    pub episodes_per_kind: u64,
 }
 
 /// How the minority faults restart a killed node.
@@ -140,6 +144,7 @@ impl Plan {
             hold_on_signal: false,
             protected: true,
             ttl: TTL,
+            episodes_per_kind: 1,
         }
     }
 
@@ -159,6 +164,7 @@ impl Plan {
             hold_on_signal: true,
             protected,
             ttl: TTL,
+            episodes_per_kind: 1,
         }
     }
 
@@ -211,20 +217,21 @@ impl Plan {
     }
 
     /// Every fault at random (see `mixed.rs`) for `acquisitions` faulted
-    /// acquisitions, `tasks` tasks per worker process taking every
+    /// acquisitions and `per_kind` episodes of each kind of fault at
+    /// least, `tasks` tasks per worker process taking every
     /// primitive with a patience of 5 s, 1 ms critical sections, the ones
     /// at a fault held across it; a TTL of 2 s, so that a holder is still
     /// valid when a promoted replica starts to serve; fencing tokens
     /// checked.
     pub fn mixed(
-        workers: usize,
-        tasks: usize,
-        acquisitions: u64,
+        (workers, tasks): (usize, usize),
+        (acquisitions, per_kind): (u64, u64),
         limit: Duration,
         protected: bool,
     ) -> Self {
         Plan {
             restarts: Restarts::Mixed,
+            episodes_per_kind: per_kind,
             fencing: true,
             ttl: Duration::from_secs(2),
             ..Plan::immediate(workers, acquisitions, limit, protected)
