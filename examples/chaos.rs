@@ -49,10 +49,12 @@
 //! the acquisitions made during the faults, and every kind of fault comes
 //! at least 5 times. With `--unprotected`, the
 //! restart, failover and data protections and the clock watch are off: the
-//! control, which shows the overlaps they prevent.
+//! control, which shows the overlaps they prevent. With `--no-faults`,
+//! the same load without a fault, for ACQUISITIONS acquisitions: the
+//! baseline of the failed calls (contention alone).
 //!
 //! ```text
-//! cargo run --release --example chaos [--fencing | --partitions | --all-faults | --immediate | --failovers | --clock-steps | --data-loss [--unprotected]] [ACQUISITIONS]
+//! cargo run --release --example chaos [--fencing | --partitions | --all-faults [--no-faults] | --immediate | --failovers | --clock-steps | --data-loss [--unprotected]] [ACQUISITIONS]
 //! ```
 //!
 //! The default is 20,000 acquisitions (10,000 faulted ones with
@@ -102,9 +104,11 @@ fn main() -> ExitCode {
     let data_loss = flag("--data-loss");
     let partitions = flag("--partitions");
     let all_faults = flag("--all-faults");
+    let no_faults = flag("--no-faults");
     let unprotected = flag("--unprotected");
-    let usage = "usage: chaos [--fencing | --partitions | --all-faults | --immediate | \
-                 --failovers | --clock-steps | --data-loss [--unprotected]] [ACQUISITIONS]";
+    let usage = "usage: chaos [--fencing | --partitions | --all-faults [--no-faults] | \
+                 --immediate | --failovers | --clock-steps | --data-loss [--unprotected]] \
+                 [ACQUISITIONS]";
     let kinds = [
         fencing,
         immediate,
@@ -118,7 +122,11 @@ fn main() -> ExitCode {
     .filter(|on| **on)
     .count();
     let may_be_unprotected = immediate || failovers || clock_steps || data_loss || all_faults;
-    if kinds > 1 || (unprotected && !may_be_unprotected) || args.len() > 1 {
+    if kinds > 1
+        || (unprotected && !may_be_unprotected)
+        || (no_faults && (!all_faults || unprotected))
+        || args.len() > 1
+    {
         eprintln!("{usage}");
         return ExitCode::from(2);
     }
@@ -136,7 +144,8 @@ fn main() -> ExitCode {
     let limit = Duration::from_secs(600);
     let plan = if all_faults {
         let limit = Duration::from_secs(1800);
-        chaos_harness::Plan::mixed((4, 150), (acquisitions, 5), limit, !unprotected)
+        let per_kind = if no_faults { 0 } else { 5 };
+        chaos_harness::Plan::mixed((4, 150), (acquisitions, per_kind), limit, !unprotected)
     } else if partitions {
         chaos_harness::Plan::partitions(4, acquisitions, limit)
     } else if data_loss {

@@ -32,7 +32,9 @@
 //! worker for 2 s, in which no lock may be granted. The acquisitions made
 //! during the episodes are the run's **faulted acquisitions**; the run ends
 //! when they reach the plan's number and every kind of fault (and the
-//! outage) has come the plan's `episodes_per_kind` times. After each heal, the time until the next acquisition is
+//! outage) has come the plan's `episodes_per_kind` times. With 0, the run
+//! is the baseline: the same load without a fault, until the workers made
+//! the plan's number of acquisitions. After each heal, the time until the next acquisition is
 //! the unavailability the heal left.
 
 use std::time::{Duration, Instant};
@@ -215,7 +217,11 @@ pub async fn run(
     let mut order = Vec::new();
     let per_kind = plan.episodes_per_kind;
     let episodes = |report: &Report| report.mixed_faults.iter().sum::<u64>();
-    while report.acquired_during_minority_faults < plan.acquisitions
+    // The baseline: the same load without a fault.
+    while per_kind == 0 && acquired_so_far(&mut checker).await? < plan.acquisitions {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    while per_kind > 0 && report.acquired_during_minority_faults < plan.acquisitions
         || report.mixed_faults.iter().any(|&n| n < per_kind)
         || report.majority_outages < per_kind
     {
@@ -230,6 +236,7 @@ pub async fn run(
         }
         let fault = next_fault(&mut order, &report, per_kind);
         let before = acquired_so_far(&mut checker).await?;
+        let overlaps_before = overlaps_so_far(&mut checker).await?;
         if rand::rng().random_range(0..3) == 0 {
             let (n, percent) = (
                 rand::rng().random_range(0..5),
@@ -243,11 +250,19 @@ pub async fn run(
         world.net.heal();
         report.acquired_during_minority_faults += acquired_so_far(&mut checker).await? - before;
         unavailable_after_heal(&mut checker, &mut report).await?;
+        report.overlaps_by_fault[fault as usize] +=
+            overlaps_so_far(&mut checker).await? - overlaps_before;
     }
     collect(&mut checker, workers, &mut report).await?;
     report.elapsed = started.elapsed();
     result?;
     Ok(report)
+}
+
+/// The overlaps the workers have found so far.
+async fn overlaps_so_far(checker: &mut redis::aio::MultiplexedConnection) -> Result<u64, AnyError> {
+    let overlaps: Option<u64> = checker.get("chaos:overlaps").await?;
+    Ok(overlaps.unwrap_or_default())
 }
 
 /// The next fault: rounds of every kind not yet injected `per_kind`
@@ -502,7 +517,8 @@ async fn majority_outage(
     report.majority_outages += 1;
     let healed = Instant::now();
     unavailable_after_heal(checker, report).await?;
-    report.resumed_after_recovery = Some(healed.elapsed());
+    let resumed = report.resumed_after_recovery.unwrap_or_default();
+    report.resumed_after_recovery = Some(resumed.max(healed.elapsed()));
     Ok(())
 }
 
@@ -511,12 +527,16 @@ pub fn print(report: &Report) {
     let faults: u64 = report.mixed_faults.iter().sum();
     println!(
         "  faults injected         {faults} episodes, {} of them with a lossy link on top, \
-         and {} majority outage:",
+         and {} majority outages (the longest wait after one is under \"locking resumed\"):",
         report.overlaid_losses, report.majority_outages
     );
     for fault in Fault::ALL {
+        let overlaps = match report.overlaps_by_fault[fault as usize] {
+            0 => String::new(),
+            n => format!(" ({n} overlaps during them)"),
+        };
         println!(
-            "    {:<32}{}",
+            "    {:<32}{}{overlaps}",
             fault.name(),
             report.mixed_faults[fault as usize]
         );

@@ -216,6 +216,10 @@ pub async fn task(
         let overlaps = inside(&mut checker, &held, &places, hold, &mut tally).await?;
         counts[0] += 1;
         counts[1] += overlaps;
+        if overlaps > 0 {
+            // For the injector, which tells which fault it was.
+            let _: i64 = checker.incr("chaos:overlaps", overlaps).await?;
+        }
         if overlaps > 0 && std::env::var_os("CHAOS_DEBUG").is_some() {
             tracing::error!(
                 "overlap: worker {} entered {primitive:?} ({}) with {:?} of validity left",
