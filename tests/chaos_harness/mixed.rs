@@ -236,7 +236,7 @@ pub async fn run(
         }
         let fault = next_fault(&mut order, &report, per_kind);
         let before = acquired_so_far(&mut checker).await?;
-        let overlaps_before = overlaps_so_far(&mut checker).await?;
+        let (overlaps_before, failed_before) = so_far(&mut checker).await?;
         if rand::rng().random_range(0..3) == 0 {
             let (n, percent) = (
                 rand::rng().random_range(0..5),
@@ -250,8 +250,9 @@ pub async fn run(
         world.net.heal();
         report.acquired_during_minority_faults += acquired_so_far(&mut checker).await? - before;
         unavailable_after_heal(&mut checker, &mut report).await?;
-        report.overlaps_by_fault[fault as usize] +=
-            overlaps_so_far(&mut checker).await? - overlaps_before;
+        let (overlaps, failed) = so_far(&mut checker).await?;
+        report.overlaps_by_fault[fault as usize] += overlaps - overlaps_before;
+        report.failed_by_fault[fault as usize] += failed - failed_before;
     }
     collect(&mut checker, workers, &mut report).await?;
     report.elapsed = started.elapsed();
@@ -259,10 +260,14 @@ pub async fn run(
     Ok(report)
 }
 
-/// The overlaps the workers have found so far.
-async fn overlaps_so_far(checker: &mut redis::aio::MultiplexedConnection) -> Result<u64, AnyError> {
-    let overlaps: Option<u64> = checker.get("chaos:overlaps").await?;
-    Ok(overlaps.unwrap_or_default())
+/// The overlaps the workers have found so far, and their failed calls.
+async fn so_far(checker: &mut redis::aio::MultiplexedConnection) -> Result<(u64, u64), AnyError> {
+    let (overlaps, failed): (Option<u64>, Option<u64>) = redis::pipe()
+        .get("chaos:overlaps")
+        .get("chaos:failed")
+        .query_async(checker)
+        .await?;
+    Ok((overlaps.unwrap_or_default(), failed.unwrap_or_default()))
 }
 
 /// The next fault: rounds of every kind not yet injected `per_kind`
@@ -527,18 +532,18 @@ pub fn print(report: &Report) {
     let faults: u64 = report.mixed_faults.iter().sum();
     println!(
         "  faults injected         {faults} episodes, {} of them with a lossy link on top, \
-         and {} majority outages (the longest wait after one is under \"locking resumed\"):",
+         and {} majority outages of 2 s (\"locking resumed\": the longest wait after one):",
         report.overlaid_losses, report.majority_outages
     );
+    println!("    {:<32}episodes / failed calls / overlaps", "");
     for fault in Fault::ALL {
-        let overlaps = match report.overlaps_by_fault[fault as usize] {
-            0 => String::new(),
-            n => format!(" ({n} overlaps during them)"),
-        };
+        let n = fault as usize;
         println!(
-            "    {:<32}{}{overlaps}",
+            "    {:<32}{} / {} / {}",
             fault.name(),
-            report.mixed_faults[fault as usize]
+            report.mixed_faults[n],
+            report.failed_by_fault[n],
+            report.overlaps_by_fault[n]
         );
     }
     println!("  by primitive            acquisitions / overlaps / failed calls");

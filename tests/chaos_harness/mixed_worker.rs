@@ -205,6 +205,7 @@ pub async fn task(
             None => {
                 tally.failed += 1;
                 counts[2] += 1;
+                let _: i64 = checker.incr("chaos:failed", 1).await?;
                 tally.longest_failed = tally.longest_failed.max(started.elapsed());
                 continue;
             }

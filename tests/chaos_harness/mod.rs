@@ -220,7 +220,7 @@ impl Plan {
     /// acquisitions and `per_kind` episodes of each kind of fault at
     /// least, `tasks` tasks per worker process taking every
     /// primitive with a patience of 5 s, 1 ms critical sections, the ones
-    /// at a fault held across it; a TTL of 2 s, so that a holder is still
+    /// at a fault held across it; a TTL of 3 s, so that a holder is still
     /// valid when a promoted replica starts to serve; fencing tokens
     /// checked.
     pub fn mixed(
@@ -233,7 +233,7 @@ impl Plan {
             restarts: Restarts::Mixed,
             episodes_per_kind: per_kind,
             fencing: true,
-            ttl: Duration::from_secs(2),
+            ttl: Duration::from_secs(3),
             ..Plan::immediate(workers, acquisitions, limit, protected)
                 .with_waiters(tasks, Duration::from_secs(5))
         }
@@ -284,6 +284,9 @@ pub struct Report {
     /// The overlaps seen during (or right after) each kind of fault of that
     /// run.
     pub overlaps_by_fault: [u64; 12],
+    /// The calls that failed during (or right after) each kind of fault of
+    /// that run.
+    pub failed_by_fault: [u64; 12],
     /// Episodes of that run with a lossy link on top.
     pub overlaid_losses: u64,
     /// Per primitive of that run: acquisitions, overlaps, failed calls.
