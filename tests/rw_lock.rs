@@ -246,6 +246,22 @@ fn eight_readers_in_four_processes_hold_together(
     })
 }
 
+/// Waits for a worker process of `role` and reads its counts
+/// (`acquisitions failed violations`); it must have ended well and
+/// acquired at least once.
+fn worker_counts(role: &str, worker: Child) -> Result<[u64; 3], AnyError> {
+    let output = worker.wait_with_output()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    check(
+        output.status.success(),
+        format!("{role} worker failed: {} {text}", output.status),
+    )?;
+    let [acquired, failed, violated] = support::harness::counts::<3>(&text)?;
+    println!("  {role}: {acquired} acquisitions, {failed} failed calls, {violated} violations");
+    check(acquired > 0, format!("a {role} process got nothing"))?;
+    Ok([acquired, failed, violated])
+}
+
 /// Readers (3 processes x 4 tasks) and writers (2 processes x 1 task, each
 /// pausing 20 ms between writes) on 5 nodes until they made 2,500
 /// acquisitions together (at most 60 s), while minority nodes are frozen
@@ -299,15 +315,7 @@ fn readers_and_writers_never_overlap_under_faults(
     println!("  {rounds} rounds of faults");
     let (mut total, mut violations) = (0, 0);
     for (role, worker) in roles.iter().zip(workers) {
-        let output = worker.wait_with_output()?;
-        let text = String::from_utf8_lossy(&output.stdout);
-        check(
-            output.status.success(),
-            format!("{role} worker failed: {} {text}", output.status),
-        )?;
-        let [acquired, failed, violated] = support::harness::counts::<3>(&text)?;
-        println!("  {role}: {acquired} acquisitions, {failed} failed calls, {violated} violations");
-        check(acquired > 0, format!("a {role} process got nothing"))?;
+        let [acquired, _, violated] = worker_counts(role, worker)?;
         total += acquired;
         violations += violated;
     }
@@ -342,18 +350,10 @@ fn many_writers_in_four_processes_are_all_served(
         .collect::<Result<_, _>>()?;
     let (mut writes, mut failed_writes, mut violations) = (0, 0, 0);
     for (role, worker) in roles.iter().zip(workers) {
-        let output = worker.wait_with_output()?;
-        let text = String::from_utf8_lossy(&output.stdout);
-        check(
-            output.status.success(),
-            format!("{role} worker failed: {} {text}", output.status),
-        )?;
-        let [acquired, failed, violated] = support::harness::counts::<3>(&text)?;
-        println!("  {role}: {acquired} acquisitions, {failed} failed calls, {violated} violations");
-        violations += violated;
-        check(acquired > 0, "a writer process got nothing")?;
+        let [acquired, failed, violated] = worker_counts(role, worker)?;
         writes += acquired;
         failed_writes += failed;
+        violations += violated;
     }
     check(violations == 0, format!("{violations} violations"))?;
     check(

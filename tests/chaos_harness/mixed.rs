@@ -44,10 +44,9 @@ use rand::seq::SliceRandom;
 use redis::AsyncCommands;
 
 use super::data_loss::DURABLE;
-use super::partitions::unavailable_after_heal;
-use super::{
-    AnyError, Plan, Report, acquired_so_far, checker, collect, configure, start_workers_with,
-};
+use super::partitions::Partition::{Asymmetric, HolderCut, Loss, MinorityCut};
+use super::partitions::{self, Network, unavailable_after_heal};
+use super::{AnyError, Plan, Report, acquired_so_far, collect, configure, start_workers_with};
 use crate::support::RedisServer;
 use crate::support::clock::{Clock, ClockServer};
 use crate::support::netns::{Host, Net};
@@ -186,14 +185,19 @@ impl World {
             n => &self.plain[n].0,
         }
     }
+}
 
-    /// Cuts each worker host in `workers` from each node in `nodes`.
-    fn cut(&self, workers: &[usize], nodes: &[usize]) {
-        for &w in workers {
-            for &n in nodes {
-                self.net.cut(&self.workers[w], self.host(n));
-            }
-        }
+impl Network for World {
+    fn net(&self) -> &Net {
+        &self.net
+    }
+
+    fn node(&self, n: usize) -> &Host {
+        self.host(n)
+    }
+
+    fn workers(&self) -> &[Host] {
+        &self.workers
     }
 }
 
@@ -295,16 +299,12 @@ async fn episode(
     plan: &Plan,
     checker: &mut redis::aio::MultiplexedConnection,
 ) -> Result<(), AnyError> {
-    let (mut order, lasts, count, percent) = {
+    let (order, lasts, count) = {
         let mut rng = rand::rng();
         let mut order: Vec<usize> = (0..5).collect();
         order.shuffle(&mut rng);
-        (
-            order,
-            Duration::from_millis(rng.random_range(200..800)),
-            rng.random_range(1..=2),
-            rng.random_range(5..=20),
-        )
+        let lasts = Duration::from_millis(rng.random_range(200..800));
+        (order, lasts, rng.random_range(1..=2))
     };
     match fault {
         Fault::Freeze => {
@@ -349,36 +349,10 @@ async fn episode(
             .await?;
         }
         Fault::Failover => fail_over(world, checker, plan).await?,
-        Fault::HolderCut => {
-            let _: () = checker.set("chaos:hold-on", 1).await?;
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            let holder = holder_of_the_moment(checker, pids)
-                .await?
-                .unwrap_or(order[0] % pids.len());
-            order.truncate(3);
-            world.cut(&[holder], &order);
-            tokio::time::sleep(plan.ttl + Duration::from_millis(200)).await;
-            let _: () = checker.del("chaos:hold-on").await?;
-        }
-        Fault::MinorityCut => {
-            for &n in &order[..count] {
-                world.net.isolate(world.host(n));
-            }
-            tokio::time::sleep(lasts * 2).await;
-        }
-        Fault::Asymmetric => {
-            let (even, odd): (Vec<usize>, Vec<usize>) =
-                (0..world.workers.len()).partition(|w| w % 2 == 0);
-            world.cut(&even, &order[3..]);
-            world.cut(&odd, &order[..2]);
-            tokio::time::sleep(lasts * 2).await;
-        }
-        Fault::Loss => {
-            for &n in &order[..count + 1] {
-                world.net.loss(world.host(n), percent);
-            }
-            tokio::time::sleep(lasts * 2).await;
-        }
+        Fault::HolderCut => partitions::fault(HolderCut, world, pids, plan, checker).await?,
+        Fault::MinorityCut => partitions::fault(MinorityCut, world, pids, plan, checker).await?,
+        Fault::Asymmetric => partitions::fault(Asymmetric, world, pids, plan, checker).await?,
+        Fault::Loss => partitions::fault(Loss, world, pids, plan, checker).await?,
     }
     Ok(())
 }
@@ -387,25 +361,6 @@ async fn episode(
 /// runtime's timers.
 fn block<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
-}
-
-/// The worker (its index) of a holder inside any critical section now.
-async fn holder_of_the_moment(
-    checker: &mut redis::aio::MultiplexedConnection,
-    pids: &[u32],
-) -> Result<Option<usize>, AnyError> {
-    let places: Vec<String> = checker.keys(format!("{}:*", checker::INSIDE)).await?;
-    for place in places {
-        let inside: Vec<String> = checker.zrange(&place, 0, -1).await?;
-        let found = inside
-            .iter()
-            .filter_map(|holder| holder.split('.').next()?.parse::<u32>().ok())
-            .find_map(|pid| pids.iter().position(|&p| p == pid));
-        if found.is_some() {
-            return Ok(found);
-        }
-    }
-    Ok(None)
 }
 
 /// The hazard's frame (`BareQuorum` in `mod.rs`) over this run's nodes:

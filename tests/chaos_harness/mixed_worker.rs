@@ -21,7 +21,7 @@ use rand::RngExt;
 use redis::AsyncCommands;
 
 use super::checker::{self, Mode};
-use super::{AnyError, HOLD_MARGIN, Hold, Tally};
+use super::{AnyError, Hold, Tally};
 
 /// The semaphore's permits.
 pub const PERMITS: u32 = 3;
@@ -271,18 +271,7 @@ async fn inside(
         }
     }
     tally.overlaps += overlaps;
-    if !hold.base.is_zero() {
-        tokio::time::sleep(hold.base).await;
-    }
-    while hold.on_signal
-        && Instant::now() + HOLD_MARGIN < guard.valid_until()
-        && checker
-            .get::<_, Option<i64>>("chaos:hold-on")
-            .await?
-            .is_some()
-    {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    hold.inside(checker, guard).await?;
     for place in places {
         checker::leave_from(checker, &place.inside, &holder, place.mode).await?;
     }

@@ -630,6 +630,32 @@ struct Hold {
     ttl: Duration,
 }
 
+impl Hold {
+    /// The critical section's hold: its base, then, while the injector's
+    /// `chaos:hold-on` is set, on across an injected fault within the
+    /// validity of `guard` (even when `lost` told of a changed server: work
+    /// under way may not stop at once, which the nodes must cover).
+    async fn inside(
+        &self,
+        checker: &mut redis::aio::MultiplexedConnection,
+        guard: &quorlock::LockGuard,
+    ) -> Result<(), AnyError> {
+        if !self.base.is_zero() {
+            tokio::time::sleep(self.base).await;
+        }
+        while self.on_signal
+            && Instant::now() + HOLD_MARGIN < guard.valid_until()
+            && checker
+                .get::<_, Option<i64>>("chaos:hold-on")
+                .await?
+                .is_some()
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(())
+    }
+}
+
 /// A critical section held across a restart ends this long before its
 /// validity does: an overlap must be one of two valid holders.
 const HOLD_MARGIN: Duration = Duration::from_millis(100);
@@ -722,21 +748,7 @@ return 1"#,
                         tally.fencing_violations += 1;
                     }
                 }
-                if !hold.base.is_zero() {
-                    tokio::time::sleep(hold.base).await;
-                }
-                // Held across an injected restart, within the validity (even
-                // when `lost` told of a changed server: work under way may
-                // not stop at once, which the nodes must cover).
-                while hold.on_signal
-                    && Instant::now() + HOLD_MARGIN < guard.valid_until()
-                    && checker
-                        .get::<_, Option<i64>>("chaos:hold-on")
-                        .await?
-                        .is_some()
-                {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
+                hold.inside(&mut checker, &guard).await?;
                 checker::leave(&mut checker, &holder).await?;
                 let _: i64 = checker.incr("chaos:acquired", 1).await?;
                 tally.acquisitions += 1;

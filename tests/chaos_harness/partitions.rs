@@ -53,14 +53,37 @@ struct Hosts {
     workers: Vec<Host>,
 }
 
-impl Hosts {
+/// A network of five nodes and some workers that partitions are made in
+/// (this run's, and the run with every fault's, `mixed.rs`).
+pub(super) trait Network {
+    /// The test network.
+    fn net(&self) -> &Net;
+    /// Node `n`'s host now.
+    fn node(&self, n: usize) -> &Host;
+    /// The worker hosts.
+    fn workers(&self) -> &[Host];
+
     /// Cuts each worker host in `workers` from each node in `nodes`.
     fn cut(&self, workers: &[usize], nodes: &[usize]) {
         for &w in workers {
             for &n in nodes {
-                self.net.cut(&self.workers[w], &self.nodes[n]);
+                self.net().cut(&self.workers()[w], self.node(n));
             }
         }
+    }
+}
+
+impl Network for Hosts {
+    fn net(&self) -> &Net {
+        &self.net
+    }
+
+    fn node(&self, n: usize) -> &Host {
+        &self.nodes[n]
+    }
+
+    fn workers(&self) -> &[Host] {
+        &self.workers
     }
 }
 
@@ -120,10 +143,11 @@ pub async fn run(
 }
 
 /// One fault of `kind` (see the module docs), left in place for its time;
-/// the caller heals it.
-async fn fault(
+/// the caller heals it. `pids` are the workers' process ids, in the order
+/// of their hosts.
+pub(super) async fn fault(
     kind: Partition,
-    hosts: &Hosts,
+    hosts: &impl Network,
     pids: &[u32],
     plan: &Plan,
     checker: &mut redis::aio::MultiplexedConnection,
@@ -139,16 +163,14 @@ async fn fault(
             rng.random_range(5..=20),
         )
     };
+    let net = hosts.net();
     match kind {
         Partition::HolderCut => {
             // The holder of the moment stays inside while cut off.
             let _: () = checker.set("chaos:hold-on", 1).await?;
             tokio::time::sleep(Duration::from_millis(10)).await;
-            let inside: Vec<String> = checker.zrange(checker::INSIDE, 0, -1).await?;
-            let holder = inside
-                .iter()
-                .filter_map(|holder| holder.split('.').next()?.parse::<u32>().ok())
-                .find_map(|pid| pids.iter().position(|&p| p == pid))
+            let holder = holder_of_the_moment(checker, pids)
+                .await?
                 .unwrap_or(order[0] % pids.len());
             order.truncate(3);
             hosts.cut(&[holder], &order);
@@ -157,25 +179,46 @@ async fn fault(
         }
         Partition::MinorityCut => {
             for &n in &order[..count] {
-                hosts.net.isolate(&hosts.nodes[n]);
+                net.isolate(hosts.node(n));
             }
             tokio::time::sleep(lasts).await;
         }
         Partition::Asymmetric => {
             let (even, odd): (Vec<usize>, Vec<usize>) =
-                (0..hosts.workers.len()).partition(|w| w % 2 == 0);
+                (0..hosts.workers().len()).partition(|w| w % 2 == 0);
             hosts.cut(&even, &order[3..]);
             hosts.cut(&odd, &order[..2]);
             tokio::time::sleep(lasts).await;
         }
         Partition::Loss => {
             for &n in &order[..count + 1] {
-                hosts.net.loss(&hosts.nodes[n], percent);
+                net.loss(hosts.node(n), percent);
             }
             tokio::time::sleep(lasts).await;
         }
     }
     Ok(())
+}
+
+/// The worker (its index in `pids`) of a holder inside any critical
+/// section now (every set of holders on the checker).
+async fn holder_of_the_moment(
+    checker: &mut redis::aio::MultiplexedConnection,
+    pids: &[u32],
+) -> Result<Option<usize>, AnyError> {
+    let mut places: Vec<String> = checker.keys(format!("{}:*", checker::INSIDE)).await?;
+    places.push(checker::INSIDE.to_owned());
+    for place in places {
+        let inside: Vec<String> = checker.zrange(&place, 0, -1).await?;
+        let found = inside
+            .iter()
+            .filter_map(|holder| holder.split('.').next()?.parse::<u32>().ok())
+            .find_map(|pid| pids.iter().position(|&p| p == pid));
+        if found.is_some() {
+            return Ok(found);
+        }
+    }
+    Ok(None)
 }
 
 /// Three nodes cut off from every worker for 2 s: no lock may be granted
