@@ -173,7 +173,7 @@ async fn take(
 
 /// Inside the critical section: the token must exceed the last holder's of
 /// `KEYS[1]`.
-const FENCE_CHECK: &str = r#"local last = tonumber(redis.call("get", KEYS[1]) or "0")
+pub(super) const FENCE_CHECK: &str = r#"local last = tonumber(redis.call("get", KEYS[1]) or "0")
 if tonumber(ARGV[1]) <= last then return 0 end
 redis.call("set", KEYS[1], ARGV[1])
 return 1"#;
@@ -189,14 +189,9 @@ pub async fn task(
     let mut tally = Tally::default();
     let mut tallies: Tallies = [[0; 3]; 6];
     loop {
-        let (stop, outage): (Option<i64>, Option<i64>) = redis::pipe()
-            .get("chaos:stop")
-            .get("chaos:outage")
-            .query_async(&mut checker)
-            .await?;
-        if stop.is_some() {
+        let Some(outage) = super::go_on(&mut checker).await? else {
             break;
-        }
+        };
         let primitive = Primitive::draw();
         let counts = &mut tallies[primitive as usize];
         let started = Instant::now();
@@ -211,7 +206,7 @@ pub async fn task(
             }
         };
         let still_out: Option<i64> = checker.get("chaos:outage").await?;
-        if outage.is_some() && still_out.is_some() {
+        if outage && still_out.is_some() {
             tally.granted_during_outage += 1;
         }
         let overlaps = inside(&mut checker, &held, &places, hold, &mut tally).await?;

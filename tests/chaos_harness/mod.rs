@@ -699,21 +699,11 @@ async fn worker_task(
 ) -> Result<Tally, AnyError> {
     let mut tally = Tally::default();
     // Inside the critical section: the token must exceed the last holder's.
-    let fence_check = redis::Script::new(
-        r#"local last = tonumber(redis.call("get", KEYS[1]) or "0")
-if tonumber(ARGV[1]) <= last then return 0 end
-redis.call("set", KEYS[1], ARGV[1])
-return 1"#,
-    );
+    let fence_check = redis::Script::new(mixed_worker::FENCE_CHECK);
     loop {
-        let (stop, outage): (Option<i64>, Option<i64>) = redis::pipe()
-            .get("chaos:stop")
-            .get("chaos:outage")
-            .query_async(&mut checker)
-            .await?;
-        if stop.is_some() {
+        let Some(outage) = go_on(&mut checker).await? else {
             break;
-        }
+        };
         let started = Instant::now();
         match redlock.lock(RESOURCE, hold.ttl).await {
             Ok(guard) => {
@@ -721,7 +711,7 @@ return 1"#,
                 // cleared before it comes back: set both before and after the
                 // call, the whole call fell inside the outage.
                 let still_out: Option<i64> = checker.get("chaos:outage").await?;
-                if outage.is_some() && still_out.is_some() {
+                if outage && still_out.is_some() {
                     tally.granted_during_outage += 1;
                 }
                 let holder = checker::holder_id();
@@ -761,6 +751,17 @@ return 1"#,
         }
     }
     Ok(tally)
+}
+
+/// Whether a worker's task goes on (`None` once the injector set
+/// `chaos:stop`), and whether a majority outage is under way now.
+async fn go_on(checker: &mut redis::aio::MultiplexedConnection) -> Result<Option<bool>, AnyError> {
+    let (stop, outage): (Option<i64>, Option<i64>) = redis::pipe()
+        .get("chaos:stop")
+        .get("chaos:outage")
+        .query_async(checker)
+        .await?;
+    Ok(stop.is_none().then_some(outage.is_some()))
 }
 
 /// Runs the coordinator: servers, workers started from `exe` with
