@@ -1,5 +1,6 @@
 //! A waiting writer of a read-write lock takes its turn at the writers'
-//! gate: one round first, leaving no intent; refused, it queues at the
+//! gate: one round first (the first round every waiting writer makes:
+//! unfenced, no script and no intent left); refused, it queues at the
 //! gate (a plain lock on the lock's key followed by `:quorlock-writers`,
 //! fairly across processes), and only the writer holding the gate makes
 //! the rounds that leave an intent.
@@ -62,7 +63,9 @@ pub(crate) async fn write_in_turn(
         label.then(|| show_resources(resources).into()),
     );
     let metered = || Metered::new(called, meter.clone());
-    let once = Wanted::new(key.clone(), shape(None));
+    // With an intent id, as every waiting writer's first round: unfenced,
+    // it runs no script (`Request::FirstWrite`), and leaves no intent.
+    let once = Wanted::new(key.clone(), shape(Some(new_token())));
     let first = How::plain(engine, Waits::No);
     let taken = match acquire_with_meter(engine, resources, once, ttl, first, metered()).await {
         Err(err) if err.is_contended() || err.is_unavailable() => {
