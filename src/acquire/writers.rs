@@ -1,6 +1,7 @@
 //! A waiting writer of a read-write lock takes its turn at the writers'
-//! gate: one round first (the first round every waiting writer makes:
-//! unfenced, no script and no intent left); refused, it queues at the
+//! gate: one round first (the first round a waiting writer always made:
+//! unfenced, a plain `SET NX` that leaves no intent; fenced, the write
+//! script, whose intent the call's end removes); refused, it queues at the
 //! gate (a plain lock on the lock's key followed by `:quorlock-writers`,
 //! fairly across processes), and only the writer holding the gate makes
 //! the rounds that leave an intent.
@@ -21,7 +22,7 @@
 //! The gate grants nothing: the write hold is still won only by a round's
 //! quorum of grants with validity left (`rw.rs`), and a writer that skips
 //! the gate (its first round, a [`try_write`](crate::Redlock::try_write),
-//! a client that has not this gate) is bound by the same rounds. The gate
+//! an older client without the gate) is bound by the same rounds. The gate
 //! only decides which writer leaves an intent, so it can only make writers
 //! wait, never let two holders in. A gate holder that dies leaves the gate
 //! for its TTL (the write's), as a dead plain holder does; a holder that
