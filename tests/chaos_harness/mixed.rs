@@ -17,10 +17,11 @@
 //! - **kills** of one or two nodes, restarted after more than the TTL
 //!   (empty, or from their append-only file where durable);
 //! - under a bare quorum (two other nodes frozen, the holders of the moment
-//!   inside across the fault; see `BareQuorum` in `mod.rs`): an
+//!   inside across the fault, as `BareQuorum` in `mod.rs` does it): an
 //!   **immediate empty restart** of a node without persistence, an **empty
 //!   restart of a durable node**, a **clock step** of 30 s forward (set
-//!   right 3 s later), a **`FLUSHALL`**, an **in-place resync** from the
+//!   right once the grace after it is over, 3.5 s or more later), a
+//!   **`FLUSHALL`**, an **in-place resync** from the
 //!   empty server, and a **lossy failover** of the Sentinel group (its
 //!   replica's link cut first, its primary killed and the replica
 //!   promoted);
@@ -34,8 +35,8 @@
 //! when they reach the plan's number and every kind of fault (and the
 //! outage) has come the plan's `episodes_per_kind` times. With 0, the run
 //! is the baseline: the same load without a fault, until the workers made
-//! the plan's number of acquisitions. After each heal, the time until the next acquisition is
-//! the unavailability the heal left.
+//! the plan's number of acquisitions. After each heal, the time until the
+//! next acquisition is the unavailability the heal left.
 
 use std::time::{Duration, Instant};
 
@@ -403,7 +404,8 @@ async fn under_bare_quorum(
 }
 
 /// A clock step of 30 s forward on one of nodes 0-3 under a bare quorum,
-/// set right 3 s later (every client has read it by then).
+/// set right at least 3 s later (every client has read it by then): once
+/// the frame's grace is over.
 async fn step_a_clock(
     world: &mut World,
     checker: &mut redis::aio::MultiplexedConnection,
