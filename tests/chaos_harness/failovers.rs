@@ -49,16 +49,7 @@ impl Group {
     /// Kills the primary and has the Sentinels promote the replica.
     fn promote(&mut self) -> Result<(), AnyError> {
         self.primary.kill();
-        let mut forced = Err(String::new());
-        for sentinel in &self.sentinels.0 {
-            forced = sentinel.force_failover();
-            if forced.is_ok() {
-                break;
-            }
-        }
-        forced.map_err(|err| format!("SENTINEL FAILOVER: {err}"))?;
-        self.sentinels.wait_primary(self.replica.port());
-        Ok(())
+        Ok(self.sentinels.fail_over_to(self.replica.port())?)
     }
 
     /// A new replica of the promoted one; the old primary is gone.

@@ -446,15 +446,7 @@ async fn fail_over(
 /// starts a new replica in the old primary's host.
 fn promote(group: &mut Group) -> Result<(), AnyError> {
     group.primary.1.kill();
-    let mut forced = Err(String::new());
-    for sentinel in &group.sentinels.0 {
-        forced = sentinel.force_failover();
-        if forced.is_ok() {
-            break;
-        }
-    }
-    forced.map_err(|err| format!("SENTINEL FAILOVER: {err}"))?;
-    group.sentinels.wait_primary(group.replica.1.port());
+    group.sentinels.fail_over_to(group.replica.1.port())?;
     group.replica.1.keep_primary_on_restart();
     let host = group.primary.0.clone();
     let replica = RedisServer::start_replica_in(&host, &group.replica.1);

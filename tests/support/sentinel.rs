@@ -237,6 +237,22 @@ impl Sentinels {
         }
     }
 
+    /// Has the first Sentinel that takes it force a failover (`SENTINEL
+    /// FAILOVER`), then waits until every Sentinel names the server on
+    /// `port` as the primary.
+    pub fn fail_over_to(&self, port: u16) -> Result<(), String> {
+        let mut forced = Err(String::from("no Sentinel"));
+        for sentinel in &self.0 {
+            forced = sentinel.force_failover();
+            if forced.is_ok() {
+                break;
+            }
+        }
+        forced.map_err(|err| format!("SENTINEL FAILOVER: {err}"))?;
+        self.wait_primary(port);
+        Ok(())
+    }
+
     /// `redis+sentinel://[:password@]s1,s2,s3/mymaster`.
     pub fn url(&self, password: Option<&str>) -> String {
         let auth = password.map_or_else(String::new, |password| format!(":{password}@"));
