@@ -106,7 +106,8 @@ fn wall_us(at: Instant) -> u64 {
 /// a cut, an open connection's command and a new connection both go
 /// unanswered (no reset, no error) until the heal, after which both work;
 /// a 100 % loss does the same; a host cut from another still reaches a
-/// third.
+/// third; a 100 % loss beside the control stops another host's connection
+/// but not the test process's.
 async fn a_cut_drops_packets_without_a_reset() -> Outcome {
     let net = Net::new();
     let (node_host, other_host) = (net.host(), net.host());
@@ -167,6 +168,34 @@ async fn a_cut_drops_packets_without_a_reset() -> Outcome {
         )?;
         open = client.get_multiplexed_async_connection().await?;
     }
+    net.loss_beside_control(&node_host, 100);
+    let control = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.get_multiplexed_async_connection(),
+    )
+    .await;
+    let answered = match control {
+        Ok(Ok(connection)) => ping(connection).await.ok(),
+        _ => None,
+    };
+    check(
+        answered.as_deref() == Some("PONG"),
+        format!("a loss beside the control: the test process's new connection got {answered:?}"),
+    )?;
+    let reached = other_host
+        .command("timeout")
+        .args(["2", "bash", "-c"])
+        .arg(format!(
+            "exec 3<>/dev/tcp/{}/{}",
+            node.address(),
+            node.port()
+        ))
+        .status()?;
+    check(
+        !reached.success(),
+        "a loss beside the control: another host still connected",
+    )?;
+    net.heal();
     Ok(())
 }
 

@@ -12,7 +12,9 @@
 //! The injector draws faults at random (in rounds of every kind, each in
 //! a shuffled order, until each came the plan's number of times), one
 //! episode at a time, each with a chance of one in three of a lossy link
-//! (5-20 %) to one more node on top:
+//! (5-20 %) to one more node on top (lossy to every host but the test
+//! process, whose restarts and waits are the control plane; a lost SYN
+//! of its own would stall a wait for seconds):
 //! - **freezes** (SIGSTOP) of one or two nodes, for 0.2-0.8 s;
 //! - **kills** of one or two nodes, restarted after more than the TTL
 //!   (empty, or from their append-only file where durable);
@@ -247,7 +249,7 @@ pub async fn run(
                 rand::rng().random_range(0..5),
                 rand::rng().random_range(5..=20),
             );
-            world.net.loss(world.host(n), percent);
+            world.net.loss_beside_control(world.host(n), percent);
             report.overlaid_losses += 1;
         }
         episode(fault, &mut world, &pids, &plan, &mut checker).await?;

@@ -216,6 +216,20 @@ impl Net {
 
     /// Drops `percent` of `host`'s packets each way (0: none), at random.
     pub fn loss(&self, host: &Host, percent: u8) {
+        self.loss_sparing(host, percent, None);
+    }
+
+    /// [`loss`](Self::loss) on every link of `host`'s but the one to the
+    /// test process: its own connections (a harness's waits on `INFO`, its
+    /// restarts and failovers) stay whole, as a control plane out of band,
+    /// while every other host's see the loss. (Under a 20 % loss a new
+    /// connection's handshake loses its SYN three times in a row one time
+    /// in twenty or so, and waits 7 s.)
+    pub fn loss_beside_control(&self, host: &Host, percent: u8) {
+        self.loss_sparing(host, percent, Some(self.local.ip));
+    }
+
+    fn loss_sparing(&self, host: &Host, percent: u8, spared: Option<Ipv4Addr>) {
         let netns = host
             .netns
             .as_deref()
@@ -230,9 +244,13 @@ impl Net {
         if percent == 0 {
             return;
         }
+        let spare = match spared {
+            Some(ip) => format!("ip saddr != {ip} ip daddr != {ip} "),
+            None => String::new(),
+        };
         let rule = match percent {
-            100.. => "drop".to_owned(),
-            _ => format!("numgen random mod 100 < {percent} drop"),
+            100.. => format!("{spare}drop"),
+            _ => format!("{spare}numgen random mod 100 < {percent} drop"),
         };
         let rules = format!(
             "table inet qlloss {{\n\
