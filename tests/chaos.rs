@@ -30,8 +30,8 @@ use std::time::Duration;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let runtime = support::runtime().expect("tokio runtime");
     if args.first().map(String::as_str) == Some("--chaos-worker") {
+        let runtime = support::runtime().expect("tokio runtime");
         return match runtime.block_on(chaos_harness::worker(&args[1], &args[2..])) {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => {
@@ -44,55 +44,108 @@ fn main() -> ExitCode {
     // filter, only the tests whose names contain it run.
     let filter = args.iter().find(|arg| !arg.starts_with('-'));
     let exe = std::env::current_exe().expect("own executable");
-    let (mut ran, mut failed) = (0, 0);
-    for (name, plan) in [
-        (
-            "chaos_minority_faults_never_give_two_holders",
-            chaos_harness::Plan::delayed(4, false, 3_000, Duration::from_secs(240)),
-        ),
-        (
-            "chaos_fencing_tokens_increase_under_faults",
-            chaos_harness::Plan::delayed(4, true, 2_000, Duration::from_secs(240)),
-        ),
-        (
-            "chaos_immediate_restarts_never_give_two_holders",
-            chaos_harness::Plan::immediate(4, 2_000, Duration::from_secs(240), true),
-        ),
-        (
-            "chaos_hundreds_of_waiters_never_give_two_holders",
-            chaos_harness::Plan::delayed(4, false, 2_000, Duration::from_secs(240))
-                .with_waiters(150, Duration::from_secs(5)),
-        ),
-        (
-            "chaos_lossy_sentinel_failovers_never_give_two_holders",
-            chaos_harness::Plan::failovers(4, 300, Duration::from_secs(240), true),
-        ),
-        (
-            "chaos_clock_steps_never_give_two_holders",
-            chaos_harness::Plan::clock_steps(4, 2_000, Duration::from_secs(240), true),
-        ),
-        (
-            "chaos_data_losses_never_give_two_holders",
-            chaos_harness::Plan::data_loss(4, 2_000, Duration::from_secs(240), true),
-        ),
-        (
-            "chaos_partitions_never_give_two_holders",
-            chaos_harness::Plan::partitions(4, 800, Duration::from_secs(240)),
-        ),
-        (
-            "chaos_every_fault_at_once_never_gives_two_holders",
-            chaos_harness::Plan::mixed((4, 100), (1_000, 1), Duration::from_secs(240), true),
-        ),
-    ] {
-        if filter.is_some_and(|filter| !name.contains(filter.as_str())) {
-            continue;
+    // Two lanes, each its own thread and runtime, run their plans one after
+    // the other, side by side with the other lane's (each plan has its own
+    // servers, workers and test network): the nine plans take about half
+    // their time in a row. The lanes are balanced by each plan's length.
+    // QUORLOCK_CHAOS_LANES=1 runs them all in one lane.
+    let lanes: usize = match std::env::var("QUORLOCK_CHAOS_LANES").as_deref() {
+        Ok("1") => 1,
+        _ => 2,
+    };
+    let plans: Vec<(usize, &str, chaos_harness::Plan)> = PLANS
+        .iter()
+        .map(|(lane, name)| (*lane, *name, plan_of(name)))
+        .filter(|(_, name, _)| filter.is_none_or(|filter| name.contains(filter.as_str())))
+        .collect();
+    let ran = plans.len();
+    let printing = std::sync::Mutex::new(());
+    let failed: usize = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..lanes)
+            .map(|lane| {
+                let lane_plans: Vec<_> = plans
+                    .iter()
+                    .filter(|(of, _, _)| of % lanes == lane)
+                    .collect();
+                let (exe, printing) = (&exe, &printing);
+                scope.spawn(move || run_lane(&lane_plans, exe, printing))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| handle.join().unwrap_or(1))
+            .sum()
+    });
+    println!("{} passed, {failed} failed", ran - failed);
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The chaos plans by name, each with its lane (see `main`).
+const PLANS: [(usize, &str); 9] = [
+    (0, "chaos_minority_faults_never_give_two_holders"),
+    (1, "chaos_fencing_tokens_increase_under_faults"),
+    (1, "chaos_immediate_restarts_never_give_two_holders"),
+    (1, "chaos_hundreds_of_waiters_never_give_two_holders"),
+    (1, "chaos_lossy_sentinel_failovers_never_give_two_holders"),
+    (1, "chaos_clock_steps_never_give_two_holders"),
+    (1, "chaos_data_losses_never_give_two_holders"),
+    (0, "chaos_partitions_never_give_two_holders"),
+    (0, "chaos_every_fault_at_once_never_gives_two_holders"),
+];
+
+/// The plan of the chaos test `name` (one of [`PLANS`]).
+fn plan_of(name: &str) -> chaos_harness::Plan {
+    let limit = Duration::from_secs(240);
+    match name {
+        "chaos_minority_faults_never_give_two_holders" => {
+            chaos_harness::Plan::delayed(4, false, 3_000, limit)
         }
-        ran += 1;
+        "chaos_fencing_tokens_increase_under_faults" => {
+            chaos_harness::Plan::delayed(4, true, 2_000, limit)
+        }
+        "chaos_immediate_restarts_never_give_two_holders" => {
+            chaos_harness::Plan::immediate(4, 2_000, limit, true)
+        }
+        "chaos_hundreds_of_waiters_never_give_two_holders" => {
+            chaos_harness::Plan::delayed(4, false, 2_000, limit)
+                .with_waiters(150, Duration::from_secs(5))
+        }
+        "chaos_lossy_sentinel_failovers_never_give_two_holders" => {
+            chaos_harness::Plan::failovers(4, 300, limit, true)
+        }
+        "chaos_clock_steps_never_give_two_holders" => {
+            chaos_harness::Plan::clock_steps(4, 2_000, limit, true)
+        }
+        "chaos_data_losses_never_give_two_holders" => {
+            chaos_harness::Plan::data_loss(4, 2_000, limit, true)
+        }
+        "chaos_partitions_never_give_two_holders" => chaos_harness::Plan::partitions(4, 800, limit),
+        _ => chaos_harness::Plan::mixed((4, 100), (1_000, 1), limit, true),
+    }
+}
+
+/// Runs `plans` one after the other on a runtime of this lane's own; each
+/// test's lines are printed together (under `printing`). Returns how many
+/// failed.
+fn run_lane(
+    plans: &[&(usize, &str, chaos_harness::Plan)],
+    exe: &std::path::Path,
+    printing: &std::sync::Mutex<()>,
+) -> usize {
+    let runtime = support::runtime().expect("tokio runtime");
+    let mut failed = 0;
+    for (_, name, plan) in plans {
+        println!("test {name} ... (started)");
+        let outcome = runtime.block_on(chaos_harness::run(*plan, exe, &["--chaos-worker"]));
+        let _printing = printing.lock().unwrap_or_else(|poison| poison.into_inner());
         println!("test {name} ...");
-        let outcome = runtime.block_on(chaos_harness::run(plan, &exe, &["--chaos-worker"]));
         match outcome.map_err(|err| err.to_string()).and_then(|report| {
-            report.print(&plan);
-            report.check(&plan)
+            report.print(plan);
+            report.check(plan)
         }) {
             Ok(()) => println!("test {name} ... ok"),
             Err(err) => {
@@ -101,10 +154,5 @@ fn main() -> ExitCode {
             }
         }
     }
-    println!("{} passed, {failed} failed", ran - failed);
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    failed
 }
