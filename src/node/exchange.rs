@@ -115,9 +115,13 @@ impl NodeCore {
         call: &Call,
         witnessed: bool,
     ) -> Result<Exchanged, NodeErrorKind> {
-        let handle = self.link.connection().await?;
-        let id = handle.id();
-        let mut connection = handle.connection;
+        // In a block of its own: the handle, taken apart, is not kept in
+        // this future across the call (every node call's future is boxed,
+        // and a box above 1 KiB costs the allocator several times more).
+        let (id, mut connection) = {
+            let handle = self.link.connection().await?;
+            (handle.id(), handle.connection)
+        };
         let outstanding = self.link.outstanding();
         let answer = self.fallbacks(&mut connection, call, witnessed).await;
         drop(outstanding);
@@ -209,7 +213,9 @@ impl NodeCore {
             Err(err) if !legacy && is_syntax_error(&err) => {
                 tracing::debug!("SET NX GET refused (Redis < 7.0): using SET NX on this node");
                 self.legacy_set.store(true, Ordering::Relaxed);
-                let exchanged = send_set_nx(connection, call, false).await;
+                // Boxed: once per node at most, and it would otherwise make
+                // every node call's future larger.
+                let exchanged = Box::pin(send_set_nx(connection, call, false)).await;
                 exchanged.map(|exchanged| Exchanged {
                     legacy: true,
                     ..exchanged
