@@ -230,12 +230,13 @@ impl Engine {
         }
         // Where a client's liveness key (and, slotted, a fencing counter)
         // would start: the prefix, and slotted the key's tag.
-        let start = if slotted {
-            cluster::live_key_start(prefix, key)
+        // (Borrowed where it can be: this runs on every lock call.)
+        let start: std::borrow::Cow<'_, [u8]> = if slotted {
+            cluster::live_key_start(prefix, key).into()
         } else {
-            prefix.to_vec()
+            std::borrow::Cow::Borrowed(&prefix[..])
         };
-        let after_start = key.strip_prefix(start.as_slice()).unwrap_or_default();
+        let after_start = key.strip_prefix(&*start).unwrap_or_default();
         if slotted && after_start.starts_with(cluster::FENCE_INFIX.as_bytes()) {
             return Some("its key is like a fencing counter's (`quorlock-fence` after the tag)");
         }
