@@ -20,9 +20,10 @@ pub(crate) const REFRESH_INTERVAL: Duration = Duration::from_millis(250);
 /// round starts when the first node told). Short: with thousands of
 /// waiters the nodes often disagree for a while about who is first (a join
 /// that missed a node is repaired by the waiter's claim), and a claim that
-/// waits for a node that will not tell only delays the hand-over (a flash
-/// sale of 10,000 waiters: 280 served a second with 5 ms, 366 with 2 ms).
-/// Longer than the spread of one release's arrival at the nodes on a LAN.
+/// waits for a node that will not tell only delays the hand-over (the flash
+/// sale of 10,000 waiters was served faster with 2 ms than with 5 ms: see
+/// docs/benchmarks.md, "Waiting at scale"). Longer than the spread of one
+/// release's arrival at the nodes on a LAN.
 pub(crate) const CLAIM_GRACE: Duration = Duration::from_millis(2);
 
 /// What a lock key holds when a release handed it on to a waiter: this,
@@ -36,10 +37,9 @@ pub(crate) const RESERVED_PREFIX: &str = "quorlock-next:";
 /// each node at one instant: the hand-overs' calls wait behind them, the
 /// last ones run past the per-node timeout, the nodes are skipped, and
 /// every waiter's round fails at once and is retried, adding to the load.
-/// Joins are not on the hand-over's path, so they can wait: 10,000 waiters
-/// from 8 processes on 5 nodes (2 cores) were served at 365 a second with
-/// 64 joins in flight per client, 463 with 8, 458 with 4 (medians of 3,
-/// claims already in a lane of their own).
+/// Joins are not on the hand-over's path, so they can wait: the flash sale
+/// of 10,000 waiters was served faster with 8 in flight than with 64, and
+/// no faster with 4 (docs/benchmarks.md, "Waiting at scale").
 pub(crate) const JOIN_ROUNDS_IN_FLIGHT: usize = 8;
 
 /// The most claim rounds started by a handoff message one client has in
@@ -52,9 +52,9 @@ pub(crate) const CLAIM_ROUNDS_IN_FLIGHT: usize = 256;
 /// *may* have handed the lock on unheard: after the client's notification
 /// connection to it was (re)opened, or it lost the client's liveness key
 /// (see `notify.rs`, `session.rs`), every waiter of the client looks there
-/// at once, the burst this bounds. (Flash sales of 10,000, 3 runs each,
-/// when both kinds shared one lane: 460, 484, 414 served a second with 16;
-/// 431, 480, 359 with 256, whose slow run had such a burst.)
+/// at once, the burst this bounds. (The flash sale of 10,000 was served no
+/// slower with 16 than with 256, whose slow run had such a burst: see
+/// docs/benchmarks.md, "Waiting at scale".)
 pub(crate) const LOOK_ROUNDS_IN_FLIGHT: usize = 16;
 
 /// The suffix of the queue's key next to a lock key.
