@@ -183,7 +183,11 @@ fn hand_overs(
             ms(last),
             ms(handover.release_took),
             handover.unconfirmed,
-            if last <= bound { "within" } else { "NOT within" },
+            if last <= bound {
+                "within"
+            } else {
+                "NOT within"
+            },
             ms(bound),
             handover.errors,
         );
