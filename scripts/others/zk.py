@@ -23,6 +23,16 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import LockTimeout
 
 
+def run_threads(loop, count):
+    """Runs `loop(task)` for tasks 0..count, each in a thread; returns when
+    all have ended."""
+    threads = [threading.Thread(target=loop, args=(task,)) for task in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def client(hosts):
     zk = KazooClient(hosts=hosts, timeout=10.0)
     zk.start(timeout=15)
@@ -62,11 +72,7 @@ def throughput(seconds, hosts):
             n += 1
 
     started = time.monotonic()
-    threads = [threading.Thread(target=loop, args=(t,)) for t in range(64)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_threads(loop, 64)
     print(f"throughput {sum(counts) / (time.monotonic() - started):.1f} cycles/s")
     zk.stop()
 
@@ -98,11 +104,7 @@ def contend(seconds, tasks, checker_url, hosts):
                 totals["acquired"] += 1
                 totals["overlaps"] += overlap
 
-    threads = [threading.Thread(target=loop) for _ in range(tasks)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_threads(lambda _task: loop(), tasks)
     print(f"{totals['acquired']} {totals['failed']} {totals['overlaps']}")
     zk.stop()
 
