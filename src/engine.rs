@@ -502,4 +502,36 @@ mod tests {
         }
         assert_eq!(&*concat(b"", b"abc"), b"abc");
     }
+
+    /// Every node call is one boxed future (`Node::send`), two per lock and
+    /// unlock on each node: above 1 KiB a box misses glibc's per-thread
+    /// cache (1,032 bytes at most) and costs the allocator several times
+    /// more each time (docs/benchmarks.md, 2026-12-05 (evening): 439
+    /// instructions per box at 1,080 bytes, 53 at 976). This keeps the
+    /// acquisition's and the release's box under it.
+    #[tokio::test]
+    async fn a_node_calls_box_fits_the_allocators_thread_cache() {
+        let (targets, config) = crate::RedlockBuilder::from_urls(["redis://127.0.0.1:1"])
+            .validate()
+            .expect("a client");
+        let engine = Engine::new(targets, config);
+        let key: Arc<[u8]> = Arc::from(&b"quorlock:sized"[..]);
+        let lock = LockId::plain(key, Arc::from("token"));
+        let requests = [
+            Request::Acquire {
+                lock: lock.clone(),
+                ttl_ms: 10_000,
+                counter_key: None,
+            },
+            Request::Release {
+                lock,
+                place: Place::NoEntry,
+            },
+        ];
+        for request in &requests {
+            let call = engine.nodes[0].send(request);
+            let size = std::mem::size_of_val(&*call);
+            assert!(size <= 1024, "a node call's box is {size} bytes");
+        }
+    }
 }
