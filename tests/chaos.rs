@@ -53,9 +53,8 @@ fn main() -> ExitCode {
         Ok("1") => 1,
         _ => 2,
     };
-    let plans: Vec<(usize, &str, chaos_harness::Plan)> = PLANS
-        .iter()
-        .map(|(lane, name)| (*lane, *name, plan_of(name)))
+    let plans: Vec<(usize, &str, chaos_harness::Plan)> = all_plans()
+        .into_iter()
         .filter(|(_, name, _)| filter.is_none_or(|filter| name.contains(filter.as_str())))
         .collect();
     let ran = plans.len();
@@ -84,48 +83,58 @@ fn main() -> ExitCode {
     }
 }
 
-/// The chaos plans by name, each with its lane (see `main`).
-const PLANS: [(usize, &str); 9] = [
-    (0, "chaos_minority_faults_never_give_two_holders"),
-    (1, "chaos_fencing_tokens_increase_under_faults"),
-    (1, "chaos_immediate_restarts_never_give_two_holders"),
-    (1, "chaos_hundreds_of_waiters_never_give_two_holders"),
-    (1, "chaos_lossy_sentinel_failovers_never_give_two_holders"),
-    (1, "chaos_clock_steps_never_give_two_holders"),
-    (1, "chaos_data_losses_never_give_two_holders"),
-    (0, "chaos_partitions_never_give_two_holders"),
-    (0, "chaos_every_fault_at_once_never_gives_two_holders"),
-];
-
-/// The plan of the chaos test `name` (one of [`PLANS`]).
-fn plan_of(name: &str) -> chaos_harness::Plan {
+/// The chaos tests: each one's lane (see `main`), name and plan, in one
+/// table (the lanes balanced by the plans' lengths).
+fn all_plans() -> [(usize, &'static str, chaos_harness::Plan); 9] {
+    use chaos_harness::Plan;
     let limit = Duration::from_secs(240);
-    match name {
-        "chaos_minority_faults_never_give_two_holders" => {
-            chaos_harness::Plan::delayed(4, false, 3_000, limit)
-        }
-        "chaos_fencing_tokens_increase_under_faults" => {
-            chaos_harness::Plan::delayed(4, true, 2_000, limit)
-        }
-        "chaos_immediate_restarts_never_give_two_holders" => {
-            chaos_harness::Plan::immediate(4, 2_000, limit, true)
-        }
-        "chaos_hundreds_of_waiters_never_give_two_holders" => {
-            chaos_harness::Plan::delayed(4, false, 2_000, limit)
-                .with_waiters(150, Duration::from_secs(5))
-        }
-        "chaos_lossy_sentinel_failovers_never_give_two_holders" => {
-            chaos_harness::Plan::failovers(4, 300, limit, true)
-        }
-        "chaos_clock_steps_never_give_two_holders" => {
-            chaos_harness::Plan::clock_steps(4, 2_000, limit, true)
-        }
-        "chaos_data_losses_never_give_two_holders" => {
-            chaos_harness::Plan::data_loss(4, 2_000, limit, true)
-        }
-        "chaos_partitions_never_give_two_holders" => chaos_harness::Plan::partitions(4, 800, limit),
-        _ => chaos_harness::Plan::mixed((4, 100), (1_000, 1), limit, true),
-    }
+    [
+        (
+            0,
+            "chaos_minority_faults_never_give_two_holders",
+            Plan::delayed(4, false, 3_000, limit),
+        ),
+        (
+            1,
+            "chaos_fencing_tokens_increase_under_faults",
+            Plan::delayed(4, true, 2_000, limit),
+        ),
+        (
+            1,
+            "chaos_immediate_restarts_never_give_two_holders",
+            Plan::immediate(4, 2_000, limit, true),
+        ),
+        (
+            1,
+            "chaos_hundreds_of_waiters_never_give_two_holders",
+            Plan::delayed(4, false, 2_000, limit).with_waiters(150, Duration::from_secs(5)),
+        ),
+        (
+            1,
+            "chaos_lossy_sentinel_failovers_never_give_two_holders",
+            Plan::failovers(4, 300, limit, true),
+        ),
+        (
+            1,
+            "chaos_clock_steps_never_give_two_holders",
+            Plan::clock_steps(4, 2_000, limit, true),
+        ),
+        (
+            1,
+            "chaos_data_losses_never_give_two_holders",
+            Plan::data_loss(4, 2_000, limit, true),
+        ),
+        (
+            0,
+            "chaos_partitions_never_give_two_holders",
+            Plan::partitions(4, 800, limit),
+        ),
+        (
+            0,
+            "chaos_every_fault_at_once_never_gives_two_holders",
+            Plan::mixed((4, 100), (1_000, 1), limit, true),
+        ),
+    ]
 }
 
 /// Runs `plans` one after the other on a runtime of this lane's own; each
