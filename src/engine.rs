@@ -20,7 +20,7 @@ use crate::notify::{Gates, Notifications};
 use crate::queue::entries::{self as queue, Place};
 use crate::quorum::{self, Ttl};
 use crate::request::{GATE_SUFFIX, INTENT_SUFFIX, LEADER_SUFFIX, PERMIT_INFIX, READ_SUFFIX};
-use crate::request::{LockId, Request, new_token};
+use crate::request::{LockId, Reached, Request, new_token};
 use crate::request::{WRITE_SUFFIX, WRITERS_SUFFIX};
 use crate::round::{NodeSet, Round, Until};
 use crate::session::{self, LiveKeys, Session};
@@ -341,17 +341,22 @@ impl Engine {
     /// under way finish in the background, for up to [`RELEASE_LINGER`]:
     /// the one timer of the round bounds them all. Where the key held our
     /// token, the node hands it on to its first waiter (see `queue/`);
-    /// `place` says what becomes of a waiter's own entry.
+    /// `place` says what becomes of a waiter's own entry. On the nodes that
+    /// the round which set the keys `reached`, the release goes out at
+    /// once; on the others, after the node's batches gathered before it
+    /// (see `Batches::sent`).
     pub(crate) async fn release(
         &self,
         lock: &LockId,
         place: Place,
+        reached: Reached,
         to: To<'_>,
         until: Until,
     ) -> Round {
         let request = Request::Release {
             lock: lock.clone(),
             place,
+            reached,
         };
         let timer = meter::Timer::start();
         let mut round = self.ask(&request, to);
@@ -442,7 +447,7 @@ fn orphaned(engine: std::sync::Weak<Engine>) -> crate::notify::Orphaned {
                 let node = NodeSet::only(index, engine.nodes.len());
                 let place = Place::Leave(waiter);
                 engine
-                    .release(&entry, place, To::Only(&node), Until::All)
+                    .release(&entry, place, Reached::NONE, To::Only(&node), Until::All)
                     .await;
             }
         };
@@ -526,6 +531,7 @@ mod tests {
             Request::Release {
                 lock,
                 place: Place::NoEntry,
+                reached: Reached::NONE,
             },
         ];
         for request in &requests {

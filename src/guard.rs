@@ -16,7 +16,7 @@ use crate::error::{Error, LostReason, Result, show_resources};
 use crate::lease::{self, Ending, Keeping, Lease};
 use crate::queue::entries::Place;
 use crate::quorum::Unlocked;
-use crate::request::LockId;
+use crate::request::{LockId, Reached};
 use crate::round::Until;
 use crate::tasks;
 use crate::tasks::Left;
@@ -42,6 +42,9 @@ pub struct LockGuard {
     armed: bool,
     /// The fencing token, with fencing on.
     fencing_token: Option<u64>,
+    /// The nodes that the winning round reached (a release goes out there
+    /// at once, see `Reached`).
+    reached: Reached,
 }
 
 impl fmt::Debug for LockGuard {
@@ -58,12 +61,14 @@ impl fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    /// The guard of `lock`, won with `lease`, with its fencing token.
-    /// Armed: it releases the keys when dropped without `unlock`.
+    /// The guard of `lock`, won with `lease` by a round that `reached`
+    /// those nodes, with its fencing token. Armed: it releases the keys
+    /// when dropped without `unlock`.
     pub(crate) fn acquired(
         engine: Arc<Engine>,
         lock: LockId,
         lease: Lease,
+        reached: Reached,
         fencing_token: Option<u64>,
     ) -> Self {
         LockGuard {
@@ -72,6 +77,7 @@ impl LockGuard {
             lease: Arc::new(lease),
             armed: true,
             fencing_token,
+            reached,
         }
     }
 
@@ -227,7 +233,13 @@ impl LockGuard {
         let _permit = crate::engine::lane_permit(&self.engine.unlocks, None).await;
         let mut round = tasks::in_span!(
             span.clone(),
-            (self.engine).release(&self.lock, Place::NoEntry, To::All, Until::QuorumOrAll)
+            (self.engine).release(
+                &self.lock,
+                Place::NoEntry,
+                self.reached,
+                To::All,
+                Until::QuorumOrAll
+            )
         );
         self.armed = false;
         let (votes, last_error) = round.tally();
@@ -395,10 +407,10 @@ impl Drop for LockGuard {
         if !self.armed {
             return;
         }
-        let (engine, lock) = (self.engine.clone(), self.lock.clone());
+        let (engine, lock, reached) = (self.engine.clone(), self.lock.clone(), self.reached);
         let release = async move {
             engine
-                .release(&lock, Place::NoEntry, To::All, Until::QuorumOrAll)
+                .release(&lock, Place::NoEntry, reached, To::All, Until::QuorumOrAll)
                 .await;
         };
         let left = Left::Keys {

@@ -94,6 +94,35 @@ pub(crate) enum Shape {
     },
 }
 
+/// The nodes (by index, the first 64) that a round's call reached: their
+/// answer came from the node, or the call was never sent (a skipped node).
+/// A request sent there afterwards runs after the round's call; a release
+/// sent to a node not in the set first waits until the node's batches
+/// gathered before it have gone out (see `Batches::sent`), since the
+/// round's vote may still be gathering there.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Reached(u64);
+
+impl Reached {
+    /// No node: every release waits for the batches gathered before it.
+    pub(crate) const NONE: Reached = Reached(0);
+
+    /// The nodes `indexes` (those past the 64th left out: a release
+    /// there waits).
+    pub(crate) fn of(indexes: impl Iterator<Item = usize>) -> Reached {
+        Reached(
+            indexes
+                .filter(|index| *index < 64)
+                .fold(0, |set, index| set | 1 << index),
+        )
+    }
+
+    /// Whether the round's call to node `index` reached it.
+    pub(crate) fn contains(self, index: usize) -> bool {
+        index < 64 && self.0 & (1 << index) != 0
+    }
+}
+
 /// One lock's identity on the nodes: its key (its keys, for a lock on
 /// several resources) and the token that marks it as ours. They always
 /// travel together.
@@ -285,6 +314,9 @@ pub(crate) enum Request {
         lock: LockId,
         /// What becomes of a waiter's own entry.
         place: Place,
+        /// The nodes that the round which set the keys reached: there the
+        /// release need not wait for the batches gathering before it.
+        reached: Reached,
     },
     /// Write `value` to `record` while `lock`'s key holds our token; an
     /// empty `value` deletes the record where it is ours (a leader's record,
@@ -331,6 +363,14 @@ impl Request {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reached_holds_the_nodes_named_and_none_past_the_64th() {
+        let reached = Reached::of([0, 2, 63, 64, 100].into_iter());
+        let members: Vec<usize> = (0..130).filter(|index| reached.contains(*index)).collect();
+        assert_eq!(members, [0, 2, 63]);
+        assert!((0..130).all(|index| !Reached::NONE.contains(index)));
+    }
 
     #[test]
     fn tokens_are_distinct_uuid_v4_in_lowercase_hex_after_a_q() {

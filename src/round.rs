@@ -19,6 +19,7 @@ use crate::answer::{Answer, NodeError, NotCounted};
 use crate::changes::Holders;
 use crate::meter;
 use crate::quorum::Votes;
+use crate::request::Reached;
 use crate::standing::Standings;
 use crate::tasks::Background;
 
@@ -336,6 +337,17 @@ impl Round {
             at[index] = true;
         }
         NodeSet(at.into())
+    }
+
+    /// The nodes that the round's calls reached so far (see [`Reached`]):
+    /// a node's yes or no, or a call never sent; not a failure (a timeout
+    /// may leave a vote gathering).
+    pub(crate) fn reached(&self) -> Reached {
+        Reached::of(
+            (self.answers.iter().enumerate())
+                .filter(|(_, answer)| !matches!(answer, None | Some(Answer::Failed(_))))
+                .map(|(index, _)| index),
+        )
     }
 
     /// The nodes whose grant counts: the holders of a won round.

@@ -339,6 +339,7 @@ impl Acquisition<'_> {
             self.engine.clone(),
             in_flight.lock.clone(),
             Lease::new(self.ttl, in_flight.start, self.meter.clone(), holding),
+            in_flight.round.reached(),
             fencing_token,
         )
     }

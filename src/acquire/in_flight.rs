@@ -9,7 +9,7 @@ use crate::answer::Answer;
 use crate::engine::{Engine, To};
 use crate::error::show_resource;
 use crate::queue::entries::Place;
-use crate::request::LockId;
+use crate::request::{LockId, Reached};
 use crate::round::{Round, Until};
 use crate::tasks::Left;
 
@@ -55,8 +55,11 @@ impl InFlight {
                 .round
                 .nodes(|answer| answer.is_some_and(Answer::is_granted));
             let to = To::Only(&send_to);
+            // Every node answered or failed: the release waits only where
+            // one failed (its vote may still be gathering).
+            let reached = self.round.reached();
             self.engine
-                .release(&self.lock, place, to, Until::Answered(granted))
+                .release(&self.lock, place, reached, to, Until::Answered(granted))
                 .await;
         }
         self.settled = true;
@@ -73,7 +76,9 @@ impl Drop for InFlight {
         let place = self.waiter.take().map_or(Place::NoEntry, Place::Leave);
         let cleanup = async move {
             stragglers.await;
-            engine.release(&lock, place, To::All, Until::All).await;
+            engine
+                .release(&lock, place, Reached::NONE, To::All, Until::All)
+                .await;
         };
         let left = Left::Keys {
             call: "lock call",

@@ -68,7 +68,7 @@ use std::sync::Arc;
 
 use crate::engine::{Engine, To};
 use crate::queue::entries::Place;
-use crate::request::LockId;
+use crate::request::{LockId, Reached};
 use crate::round::Until;
 use crate::tasks::Left;
 
@@ -92,7 +92,7 @@ impl Drop for Intent {
         let (engine, entry) = (self.engine.clone(), self.entry.clone());
         let remove = async move {
             engine
-                .release(&entry, Place::NoEntry, To::All, Until::All)
+                .release(&entry, Place::NoEntry, Reached::NONE, To::All, Until::All)
                 .await;
         };
         let left = Left::Entries {

@@ -143,7 +143,13 @@ impl Node {
                 | Request::FirstRead { .. }
                 | Request::Gather { .. }
         ) && self.shared.standing.witnesses();
-        Box::pin(self.call(purpose, call, reply, witnessed))
+        // A release waits for the batches gathered before it, except where
+        // the round that set its keys reached the node (see `Reached`).
+        let after_batches = match request {
+            Request::Release { reached, .. } => !reached.contains(self.shared.standing.index),
+            _ => true,
+        };
+        Box::pin(self.call(purpose, call, reply, witnessed, after_batches))
     }
 
     /// Runs `errand` of the standings on this node (see [`Errand`]), bounded
@@ -161,7 +167,7 @@ impl Node {
                 let mut cmd = evalsha(&scripts::CLOCK_NOTE, 1, 2);
                 cmd.arg(&*keys.clock_steps).arg(&*run_id).arg(hold_ms);
                 let call = script(cmd, &scripts::CLOCK_NOTE);
-                self.call(Purpose::Read, call, Reply::Any, false)
+                self.call(Purpose::Read, call, Reply::Any, false, true)
                     .map(|answer| match answer {
                         Answer::Failed(err) | Answer::Unsent(err) => Err(err),
                         _ => Ok(()),
@@ -252,7 +258,7 @@ impl Node {
         cmds.extend(keys.add_marks(mark.as_slice()));
         let calls = cmds.into_iter().map(|cmd| {
             let call = Call::Command { cmd, script: None };
-            self.call(Purpose::Read, call, Reply::Any, false)
+            self.call(Purpose::Read, call, Reply::Any, false, true)
         });
         futures::future::join_all(calls).map(|answers| {
             match answers.into_iter().find_map(|answer| match answer {
@@ -332,6 +338,8 @@ impl Node {
     /// [`Purpose::Read`]; a [`Purpose::Cleanup`] by its round), and reads
     /// the reply as `reply` says.
     ///
+    /// A [`Purpose::Cleanup`] goes out after the node's batches gathered
+    /// before it, unless `after_batches` is false (see `Batches::sent`).
     /// A [`Purpose::Vote`] is not sent to a skipped node. A
     /// [`Purpose::Cleanup`] has no timer of its own: its round waits for it
     /// up to the per-node timeout, then leaves it to finish in the
@@ -344,6 +352,7 @@ impl Node {
         call: Call,
         reply: Reply,
         timed: bool,
+        after_batches: bool,
     ) -> impl Future<Output = Answer> + Send + 'static {
         let skipped = purpose == Purpose::Vote
             && (self.shared.standing.standings).is_skipped(self.shared.standing.index);
@@ -367,6 +376,7 @@ impl Node {
                 // A release goes out after the votes batched before it (see
                 // `Batches::sent`); boxed, as it rarely waits.
                 if purpose == Purpose::Cleanup
+                    && after_batches
                     && let Some(last) = shared.batches.unsent()
                 {
                     Box::pin(shared.batches.sent(last)).await;

@@ -105,7 +105,7 @@ pub(super) fn plan(request: &Request) -> (Purpose, Call, Reply) {
             (Purpose::Vote, call, Reply::YesNo)
         }
         // Always sent: a node that was slow may still hold our key.
-        Request::Release { lock, place } => {
+        Request::Release { lock, place, .. } => {
             (Purpose::Cleanup, release_call(lock, place), Reply::YesNo)
         }
         Request::CountReaders { key } => status_call(&scripts::COUNT_READERS, key, Reply::Count),

@@ -12,7 +12,7 @@ use crate::answer::Answer;
 use crate::config::Config;
 use crate::engine::{Engine, To};
 use crate::notify::{Gates, Listening};
-use crate::request::LockId;
+use crate::request::{LockId, Reached};
 use crate::round::{NodeSet, Until};
 use crate::session::Watching;
 use crate::tasks::Left;
@@ -197,7 +197,9 @@ const LEFT_IN_QUEUE: Left<'static> = Left::Entries {
 pub(crate) async fn leave(engine: &Engine, entry: &LockId, to: To<'_>) {
     // The waiter id is never a token: only a reservation for it matches.
     let place = Place::Leave(entry.token.clone());
-    engine.release(entry, place, to, Until::All).await;
+    engine
+        .release(entry, place, Reached::NONE, to, Until::All)
+        .await;
 }
 
 impl Drop for Waiting {
