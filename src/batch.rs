@@ -39,7 +39,9 @@
 //!   be gathering while the other nodes' grants already won its round, and
 //!   the release, sent straight on the connection, would otherwise reach
 //!   the node first, find nothing, and leave the key the vote then set
-//!   there until its TTL.
+//!   there until its TTL. Where the lock's winning round already had the
+//!   node's answer (`Reached`), its vote has run there and the release goes
+//!   out at once.
 //!
 //! The batch adds no round trip, and a lone vote does not wait for one: it
 //! is not batched (as the connection's driver yields only where other
