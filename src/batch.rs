@@ -384,8 +384,11 @@ async fn fly<C: Carrier>(batches: Arc<Batches>, carrier: C, mut votes: Vec<Vote>
         None => redis::cmd("TIME"),
     });
     let sent = Instant::now();
-    let mut carried = std::pin::pin!(carrier.carry(pipeline));
-    // The first poll hands the pipeline to the connection.
+    // The first poll hands the pipeline to the connection: outside the
+    // task's cooperative budget (tokio's), which, spent, would make that
+    // poll return before the pipeline is queued, and a release that waits
+    // for this batch could then be queued before it.
+    let mut carried = std::pin::pin!(tokio::task::unconstrained(carrier.carry(pipeline)));
     let first = futures::poll!(carried.as_mut());
     drop(unsent);
     let replies = match first {

@@ -20,6 +20,18 @@ use crate::target::Target;
 /// the next attempt is made.
 pub(crate) const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
+/// Room in a connection's queue of requests (the `redis` crate's, 50 by
+/// default): as many as a semaphore counts, so that a request is in the
+/// queue when its future is first polled. Where a request has to wait for
+/// room, it takes its place in the queue only when its task runs again,
+/// and requests of tasks woken in another order go out in that order: a
+/// release could then reach a node before the `SET` of its own lock, find
+/// nothing, and leave the key until its TTL (a batch's vote, which the
+/// release waits for, counts as sent once its first poll has handed it to
+/// the connection; see `batch.rs`). The queue grows only as fast as calls
+/// are made, each bounded by its timeout.
+const QUEUE_ROOM: usize = tokio::sync::Semaphore::MAX_PERMITS;
+
 /// The longest pause between the attempts that follow a closed connection.
 pub(super) const RECONNECT_PAUSE_MAX: Duration = Duration::from_secs(2);
 
@@ -276,7 +288,8 @@ impl Link {
         let attempt: Attempt = async move {
             let config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(timeout))
-                .set_response_timeout(None);
+                .set_response_timeout(None)
+                .set_pipeline_buffer_size(QUEUE_ROOM);
             let connect = async {
                 let connection = match &target {
                     Target::Cluster(seeds) => {

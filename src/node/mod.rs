@@ -149,7 +149,17 @@ impl Node {
             Request::Release { reached, .. } => !reached.contains(self.shared.standing.index),
             _ => true,
         };
-        Box::pin(self.call(purpose, call, reply, witnessed, after_batches))
+        // Outside the task's cooperative budget (tokio's): a call's first
+        // poll queues its request on the connection (see `Round::collect`),
+        // which a spent budget would put off to a later poll, after requests
+        // of other tasks made since (a release of the lock, say).
+        Box::pin(tokio::task::unconstrained(self.call(
+            purpose,
+            call,
+            reply,
+            witnessed,
+            after_batches,
+        )))
     }
 
     /// Runs `errand` of the standings on this node (see [`Errand`]), bounded
