@@ -314,6 +314,7 @@ mod witness;
 
 mod connection;
 mod error;
+mod lost;
 mod node;
 mod notify;
 mod queue;
