@@ -97,7 +97,7 @@ pub enum BuildError {
 ///   our token), `Unreachable` (too few nodes answered), `LimitReached`.
 /// - `ReleaseUnconfirmed`: too few nodes answered an `unlock`; keys expire by TTL.
 /// - `Misconfigured`: found at a node's check (see below); locking is refused.
-/// - The call's input: `InvalidTtl`, `InvalidResource` (`is_invalid_input()`);
+/// - The call's input: `InvalidTtl`, `InvalidResource`, `InvalidToken` (`is_invalid_input()`);
 ///   `NoRuntime` outside tokio.
 ///
 /// Both are `#[non_exhaustive]` (new kinds of lock and options may fail in new
@@ -137,6 +137,14 @@ pub enum Error {
     InvalidResource {
         /// Why it was refused.
         reason: String,
+    },
+
+    /// A token given to [`Redlock::unlock_token`](crate::Redlock::unlock_token)
+    /// is empty or longer than [`Redlock::MAX_TOKEN_LEN`](crate::Redlock::MAX_TOKEN_LEN).
+    #[error("invalid token: {reason}")]
+    InvalidToken {
+        /// Why it was refused.
+        reason: &'static str,
     },
 
     /// The lock is held by someone else (or handed on to an earlier waiter):
@@ -281,11 +289,11 @@ impl Error {
     }
 
     /// Whether the error comes from validating the call's input (its
-    /// resource name or TTL), not from the nodes.
+    /// resource name, TTL or token), not from the nodes.
     pub fn is_invalid_input(&self) -> bool {
         matches!(
             self,
-            Error::InvalidTtl { .. } | Error::InvalidResource { .. }
+            Error::InvalidTtl { .. } | Error::InvalidResource { .. } | Error::InvalidToken { .. }
         )
     }
 

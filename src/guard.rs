@@ -156,6 +156,17 @@ impl LockGuard {
         self.fencing_token
     }
 
+    /// The lock's token: the random value that marks the lock's keys as this
+    /// holder's. It is a secret: whoever has it can release the lock from
+    /// any process ([`Redlock::unlock_token`](crate::Redlock::unlock_token)),
+    /// so hand it only to whom may do that (a worker that finishes the job,
+    /// an operator), never to logs. This guard still extends and releases
+    /// as before; a release by the token elsewhere ends the lock for it as
+    /// for anyone (its next extension is refused).
+    pub fn token(&self) -> &str {
+        &self.lock.token
+    }
+
     /// How many successful extensions this guard has made.
     pub fn extensions(&self) -> u32 {
         self.lease.read(|v| v.extensions)

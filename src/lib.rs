@@ -40,7 +40,9 @@
 //!   [`Redlock::with_lock`] runs a future under the lock; the held lock is a
 //!   [`LockGuard`] ([`keep_alive`](LockGuard::keep_alive),
 //!   [`lost`](LockGuard::lost), [`run`](LockGuard::run),
-//!   [`extend`](LockGuard::extend), [`unlock`](LockGuard::unlock)).
+//!   [`extend`](LockGuard::extend), [`unlock`](LockGuard::unlock)). Another
+//!   process that has its [`token`](LockGuard::token) can release it with
+//!   [`Redlock::unlock_token`] ([`TokenRelease`] says what it found).
 //! - Several resources at once, all or none: [`Redlock::lock_all`].
 //! - Readers and writers: [`Redlock::read`], [`Redlock::write`].
 //! - At most n holders: [`Redlock::semaphore`] and its [`Permit`]s.
@@ -291,7 +293,8 @@
 //! 12. At the bottom, used by all: `answer.rs` (a node's answer,
 //!     [`NodeError`]), `quorum.rs` (the pure arithmetic: quorum, drift,
 //!     validity, jitter, [`Votes`], [`Unlocked`]), `error.rs` ([`enum@Error`],
-//!     [`LostReason`]), `status.rs` ([`LockStatus`]), `meter.rs` (the
+//!     `lost.rs` ([`LostReason`]), `status.rs` ([`LockStatus`],
+//!     [`TokenRelease`]), `meter.rs` (the
 //!     metrics) and `tasks.rs` (spawning, waiting, the counted background
 //!     work).
 //!
@@ -346,7 +349,7 @@ pub use guard::LockGuard;
 pub use quorum::{Unlocked, Votes};
 pub use redlock::Redlock;
 pub use semaphore::{Permit, Semaphore};
-pub use status::{LockStatus, NodeState, NodeStatus, RwStatus};
+pub use status::{LockStatus, NodeState, NodeStatus, RwStatus, TokenRelease};
 pub use target::SentinelNode;
 
 #[cfg(test)]

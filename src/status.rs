@@ -162,6 +162,71 @@ impl LockStatus {
     }
 }
 
+/// What [`Redlock::unlock_token`](crate::Redlock::unlock_token) found: a
+/// release of the lock by its token, from a process other than the holder's.
+///
+/// `#[non_exhaustive]`: a later version may tell more cases apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TokenRelease {
+    /// The token held the lock on `nodes` nodes, and the release removed it
+    /// there (handing the lock on to the first waiter in the queue, where
+    /// one waits): the lock is no longer the token holder's.
+    Released {
+        /// The nodes that held the token and released it.
+        nodes: usize,
+    },
+    /// No node holds the lock under this token: `nodes` nodes hold it
+    /// under another (another holder's, or a waiter's it was handed on
+    /// to). Nothing was changed.
+    HeldByOther {
+        /// The nodes that hold another token.
+        nodes: usize,
+    },
+    /// No node holds the lock at all (it was released, or expired).
+    NotHeld,
+    /// No node released it and none shows another holder, but `unanswered`
+    /// nodes did not answer (or still show the token after a release that
+    /// did not reach them): the token may still hold the lock there until
+    /// its TTL. Retry, or wait for the TTL.
+    Unknown {
+        /// The nodes that did not answer.
+        unanswered: usize,
+    },
+}
+
+impl TokenRelease {
+    /// After a release by `token` that no node granted, in which the nodes
+    /// `refused` (in node order) answered that they do not hold the token:
+    /// what `status`, read next, shows. A node that did not answer the
+    /// release and shows the token's first characters (as far as a status
+    /// shows them) may hold the token itself.
+    pub(crate) fn after_refusal(
+        status: &LockStatus,
+        refused: &[bool],
+        token: &str,
+    ) -> TokenRelease {
+        let ours = prefix(token);
+        let (mut other, mut unanswered) = (0, 0);
+        for (index, node) in status.nodes.iter().enumerate() {
+            let answered = refused.get(index).copied().unwrap_or(false);
+            match &node.state {
+                NodeState::Held { token_prefix, .. } if !answered && *token_prefix == ours => {
+                    unanswered += 1;
+                }
+                NodeState::Held { .. } => other += 1,
+                NodeState::Failed(_) if !answered => unanswered += 1,
+                NodeState::Failed(_) | NodeState::Free => {}
+            }
+        }
+        match (other, unanswered) {
+            (0, 0) => TokenRelease::NotHeld,
+            (0, unanswered) => TokenRelease::Unknown { unanswered },
+            (nodes, _) => TokenRelease::HeldByOther { nodes },
+        }
+    }
+}
+
 /// What a status shows of a key's value: the token's first
 /// [`LockStatus::TOKEN_PREFIX_LEN`] characters, or for a lock handed on to a waiter in
 /// the queue, `next:` and the first characters of the waiter's id.
@@ -309,6 +374,38 @@ mod tests {
             NodeErrorKind::Timeout(Duration::from_millis(50)),
         );
         (node.to_owned(), Answer::Failed(error))
+    }
+
+    #[test]
+    fn a_refused_release_by_token_is_told_by_the_status_after_it() {
+        const OURS: &str = "q0123456789abcdef0123456789abcdef";
+        // Same first characters, another token: the nodes refused ours.
+        const LIKE: &str = "q0123456789abcdef0123456789abcde0";
+        let status = |answers| LockStatus::from_answers(answers, 2);
+        let all_refused = [true, true, true];
+        let like = status(vec![held("a", LIKE), held("b", LIKE), free("c")]);
+        assert_eq!(
+            TokenRelease::after_refusal(&like, &all_refused, OURS),
+            TokenRelease::HeldByOther { nodes: 2 }
+        );
+        let none = status(vec![free("a"), free("b"), free("c")]);
+        assert_eq!(
+            TokenRelease::after_refusal(&none, &all_refused, OURS),
+            TokenRelease::NotHeld
+        );
+        // A node that did not answer the release and shows our token's
+        // start, and one that answers nothing at all: unknown.
+        let silent = status(vec![held("a", OURS), failed("b"), free("c")]);
+        assert_eq!(
+            TokenRelease::after_refusal(&silent, &[false, false, true], OURS),
+            TokenRelease::Unknown { unanswered: 2 }
+        );
+        // Another holder wins over silence: nothing was ours to release.
+        let other = status(vec![held("a", LIKE), failed("b"), free("c")]);
+        assert_eq!(
+            TokenRelease::after_refusal(&other, &[true, false, true], OURS),
+            TokenRelease::HeldByOther { nodes: 1 }
+        );
     }
 
     #[test]

@@ -1420,3 +1420,93 @@ fn a_restarted_node_under_a_run_kills_cmd_at_once() {
         "stderr says why: {stderr}"
     );
 }
+
+/// A lock held by one `quorlock run` is released by its token from other
+/// processes: `run` gives CMD the token (`QUORLOCK_TOKEN`), a wrong token
+/// changes nothing (77, still held), the right one releases it on every
+/// node (0, free; the holder's next extension is refused and its CMD
+/// stopped with the lost code), and a second release finds nothing (1).
+#[test]
+fn unlock_by_token_from_another_process() {
+    let nodes = servers(3);
+    let dir = scratch("unlock-token");
+    let token_file = dir.join("token");
+    let mut holder = quorlock(&nodes)
+        .args(["run", "--resource", "cli:handed", "--ttl", "2s", "--"])
+        .args([
+            "sh",
+            "-c",
+            &format!(
+                "printf %s \"$QUORLOCK_TOKEN\" > {0}.part && mv {0}.part {0}; exec sleep 60",
+                token_file.display()
+            ),
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for_text(&token_file, "q", Duration::from_secs(10)),
+        "CMD got no QUORLOCK_TOKEN"
+    );
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    assert_eq!(token.len(), 33, "a quorlock token: {token:?}");
+    let unlock = |token: &str, json: bool| {
+        let mut command = quorlock(&nodes);
+        command
+            .args(["unlock", "--resource", "cli:handed"])
+            .env("QUORLOCK_TOKEN", token);
+        if json {
+            command.arg("--json");
+        }
+        output(&mut command)
+    };
+    let status = || output(quorlock(&nodes).args(["status", "--resource", "cli:handed"]));
+
+    let wrong = unlock("q0123456789abcdef0123456789abcdef", false);
+    assert_eq!(wrong.status.code(), Some(77), "{}", stderr_text(&wrong));
+    assert!(
+        String::from_utf8_lossy(&wrong.stdout).contains("held under another token on 3 node(s)"),
+        "{}",
+        String::from_utf8_lossy(&wrong.stdout)
+    );
+    assert_eq!(
+        status().status.code(),
+        Some(0),
+        "still held after a wrong token"
+    );
+
+    let right = unlock(&token, true);
+    assert_eq!(right.status.code(), Some(0), "{}", stderr_text(&right));
+    let shown: serde_json::Value = serde_json::from_slice(&right.stdout).unwrap();
+    assert_eq!(shown["outcome"], "released", "{shown}");
+    assert_eq!(shown["nodes"], 3, "{shown}");
+    assert_eq!(
+        status().status.code(),
+        Some(1),
+        "free after the release by token"
+    );
+
+    let again = unlock(&token, false);
+    assert_eq!(again.status.code(), Some(1), "{}", stderr_text(&again));
+    assert!(String::from_utf8_lossy(&again.stdout).contains("no node holds cli:handed"));
+
+    // The holder learns at its next extension (within the 2 s TTL).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let code = loop {
+        if let Some(status) = holder.try_wait().unwrap() {
+            break status.code();
+        }
+        assert!(Instant::now() < deadline, "the holder's CMD still runs");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(code, Some(EXIT_LOST));
+
+    let empty =
+        output(quorlock(&nodes).args(["unlock", "--resource", "cli:handed", "--token", ""]));
+    assert_eq!(empty.status.code(), Some(2), "{}", stderr_text(&empty));
+    assert!(
+        stderr_text(&empty).contains("invalid token"),
+        "{}",
+        stderr_text(&empty)
+    );
+}

@@ -8,13 +8,18 @@ use std::time::Duration;
 
 use redis::Client;
 
+use crate::answer::Answer;
 use crate::config::RedlockBuilder;
+use crate::engine::To;
 use crate::engine::{self, Engine};
 use crate::error::{BuildError, Error, Result};
+use crate::queue::entries::Place;
 use crate::quorum;
 use crate::request;
+use crate::request::{LockId, Reached};
+use crate::round::Until;
 use crate::standing;
-use crate::status::{LockStatus, RwStatus};
+use crate::status::{LockStatus, RwStatus, TokenRelease};
 
 /// A distributed lock client over N independent Redis nodes.
 ///
@@ -52,6 +57,10 @@ impl Redlock {
 
     /// The longest resource name accepted, in bytes.
     pub const MAX_RESOURCE_LEN: usize = engine::MAX_RESOURCE_LEN;
+
+    /// The longest token [`unlock_token`](Self::unlock_token) accepts, in
+    /// bytes (quorlock's own are 33; other Redlock clients' are shorter).
+    pub const MAX_TOKEN_LEN: usize = 1024;
 
     /// The most resources one [`lock_all`](Self::lock_all) call takes
     /// (after duplicates are dropped): each round's script checks and sets
@@ -142,6 +151,67 @@ impl Redlock {
     /// [`MAX_RESOURCE_LEN`](Self::MAX_RESOURCE_LEN).
     pub fn key(&self, resource: impl AsRef<[u8]>) -> Result<Vec<u8>> {
         Ok(self.engine.key(resource.as_ref())?.to_vec())
+    }
+
+    /// Releases the lock on `resource` held under `token` (see
+    /// [`LockGuard::token`](crate::LockGuard::token)), from any process: a
+    /// job runner that hands the token to a worker, an operator who clears
+    /// the lock of a holder that is gone. Each node deletes the key only
+    /// where it holds this token, and hands the lock on to the first waiter
+    /// where one queues, as a release by the holder does; where another
+    /// token holds it, nothing is changed. For a lock taken by
+    /// [`lock`](Self::lock), [`try_lock`](Self::try_lock) or
+    /// [`with_lock`](Self::with_lock) (one resource): read-write locks,
+    /// locks on several resources and permits keep their keys elsewhere.
+    ///
+    /// What it found: [`TokenRelease::Released`] (on how many nodes),
+    /// `HeldByOther`, `NotHeld`, or `Unknown` where nodes did not answer.
+    /// Where none released it, a status round (as
+    /// [`status`](Self::status)) tells the other cases apart. A fresh client
+    /// first checks every node, bounded by the connect timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidResource`](crate::Error::InvalidResource),
+    /// [`Error::InvalidToken`](crate::Error::InvalidToken) (empty, or longer
+    /// than [`MAX_TOKEN_LEN`](Self::MAX_TOKEN_LEN)),
+    /// [`Error::NoRuntime`](crate::Error::NoRuntime). Node failures are
+    /// part of the answer, not errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropped after the release went out, it may have
+    /// released the lock on some nodes without saying so.
+    pub async fn unlock_token(
+        &self,
+        resource: impl AsRef<[u8]>,
+        token: &str,
+    ) -> Result<TokenRelease> {
+        let key = self.engine.key(resource.as_ref())?;
+        if token.is_empty() || token.len() > Self::MAX_TOKEN_LEN {
+            let reason = "a token is 1 to Redlock::MAX_TOKEN_LEN bytes";
+            return Err(Error::InvalidToken { reason });
+        }
+        Error::ensure_runtime()?;
+        // A fresh client's nodes are connected and checked first: a release
+        // round is bounded by the node timeout alone.
+        let deadline = std::time::Instant::now() + self.engine.config.connect_timeout;
+        let _ = self.engine.first_contact(Some(deadline)).await;
+        let lock = LockId::plain(key.clone(), Arc::from(token));
+        let mut round = (self.engine)
+            .release(&lock, Place::NoEntry, Reached::NONE, To::All, Until::All)
+            .await;
+        let (votes, _) = round.tally();
+        if votes.granted > 0 {
+            return Ok(TokenRelease::Released {
+                nodes: votes.granted,
+            });
+        }
+        let refused: Vec<bool> = (round.take_answers().iter())
+            .map(|answer| matches!(answer, Some(Answer::Refused(_))))
+            .collect();
+        let status = self.engine.status(key).await;
+        Ok(TokenRelease::after_refusal(&status, &refused, token))
     }
 
     /// Asks every node what it holds for `resource`: free, held (token prefix

@@ -11,6 +11,7 @@ mod group;
 mod json;
 mod run;
 mod status;
+mod unlock;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -43,6 +44,8 @@ Exit codes of `run`:
 Exit codes of `status`: 0 held by a quorum, 1 free (no quorum can hold it), 75 unknown (the
 nodes that did not answer could make a quorum with a holder). With --rw: 0 held by a writer
 or by readers on a quorum of nodes, 1 free, 75 otherwise.
+Exit codes of `unlock`: 0 released (the token held it), 1 not held by anyone, 77 held under
+another token (nothing changed), 75 unknown (nodes that did not answer may hold the token).
 
 CMD runs in a process group of its own. If the quorum refuses an extension (the lock is
 gone), the group gets SIGKILL at once; if extensions keep failing, SIGTERM at
@@ -76,6 +79,11 @@ enum Commands {
     Elect(elect::ElectArgs),
     /// Show who leads the election NAME (identity, term, lease).
     Leader(elect::LeaderArgs),
+    /// Release the lock on RESOURCE held under TOKEN by another process (the
+    /// QUORLOCK_TOKEN that `run` gives CMD): where the nodes hold that
+    /// token, the lock is released (handed on to its first waiter); under
+    /// another token, nothing changes.
+    Unlock(unlock::UnlockArgs),
     /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell) to standard
     /// output. Bash: `quorlock completions bash > ~/.local/share/bash-completion/completions/quorlock`.
     Completions {
@@ -205,6 +213,7 @@ fn main() -> ExitCode {
             Commands::Status(args) => status::status(args).await,
             Commands::Elect(args) => elect::elect(args).await,
             Commands::Leader(args) => elect::leader(args).await,
+            Commands::Unlock(args) => unlock::unlock(args).await,
             Commands::Completions { shell } => {
                 let mut command = <Cli as clap::CommandFactory>::command();
                 clap_complete::generate(shell, &mut command, "quorlock", &mut std::io::stdout());

@@ -198,8 +198,10 @@ pub(super) async fn run_held(
 
 /// What CMD learns of its lock, in its environment: `QUORLOCK_RESOURCE`
 /// (the `--resource` names, joined by commas), `QUORLOCK_KEY` (the Redis
-/// key; of several resources, the first in byte order) and, with
-/// `--fencing`, `QUORLOCK_FENCING_TOKEN`.
+/// key; of several resources, the first in byte order), `QUORLOCK_TOKEN`
+/// (the lock's token: a secret, with which `quorlock unlock` releases a
+/// lock on one resource from any process) and, with `--fencing`,
+/// `QUORLOCK_FENCING_TOKEN`.
 pub(super) fn command_env(guard: &LockGuard, args: &RunArgs) -> Vec<(&'static str, String)> {
     let mut env = vec![
         ("QUORLOCK_RESOURCE", args.resource.join(",")),
@@ -207,6 +209,7 @@ pub(super) fn command_env(guard: &LockGuard, args: &RunArgs) -> Vec<(&'static st
             "QUORLOCK_KEY",
             String::from_utf8_lossy(guard.key()).into_owned(),
         ),
+        ("QUORLOCK_TOKEN", guard.token().to_owned()),
     ];
     if let Some(token) = guard.fencing_token() {
         env.push(("QUORLOCK_FENCING_TOKEN", token.to_string()));
