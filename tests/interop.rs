@@ -41,6 +41,13 @@ impl Client {
                     .acquire_timeout(Duration::from_secs(3))
                     .build()?,
             )),
+            // Without its queue, with its defaults otherwise: polling.
+            "quorlock-polling" => Ok(Client::Quorlock(
+                quorlock::Redlock::builder(nodes)
+                    .key_prefix("")
+                    .queueing(false)
+                    .build()?,
+            )),
             "rslock" => {
                 let mut manager = rslock::LockManager::new(nodes.to_vec());
                 // Its default is 3 tries 200 ms apart: too few for a hold of
@@ -48,6 +55,9 @@ impl Client {
                 manager.set_retry(300, Duration::from_millis(5));
                 Ok(Client::Rslock(Arc::new(manager)))
             }
+            "rslock-defaults" => Ok(Client::Rslock(Arc::new(rslock::LockManager::new(
+                nodes.to_vec(),
+            )))),
             other => Err(format!("unknown client {other:?}").into()),
         }
     }
@@ -77,11 +87,12 @@ impl Client {
 /// One worker process: `tasks` tasks of client `kind` lock the resource
 /// for `seconds`, each hold checked on the checker: `INCR holders` (must
 /// read 1), `GETSET last KIND` (another kind before: a hand-over), 1 ms,
-/// `DECR`. Prints `acquisitions failed overlaps handovers`.
+/// `DECR`, then `pause` before the next call. Prints `acquisitions failed
+/// overlaps handovers`.
 async fn worker(
     kind: &str,
     tasks: usize,
-    seconds: u64,
+    (seconds, pause): (u64, Duration),
     checker: &str,
     nodes: &[String],
 ) -> Outcome {
@@ -116,8 +127,8 @@ async fn worker(
                 client.unlock(held).await;
                 counts[0].fetch_add(1, Ordering::Relaxed);
                 // A pause between holds, so that the other client's retries
-                // find the lock free now and then (rslock polls).
-                tokio::time::sleep(Duration::from_millis(2)).await;
+                // can find the lock free now and then (rslock polls).
+                tokio::time::sleep(pause).await;
             }
         }));
     }
@@ -146,28 +157,8 @@ fn quorlock_and_rslock_share_a_lock(exe: &std::path::Path) -> Outcome {
     let checker = servers.remove(0);
     let nodes = support::urls(&servers);
     let kinds = [("quorlock", "2"), ("rslock", "2")];
-    let workers: Vec<_> = kinds
-        .iter()
-        .map(|(kind, tasks)| {
-            Command::new(exe)
-                .args(["--worker", kind, tasks, "4", &checker.url()])
-                .args(&nodes)
-                .stdout(Stdio::piped())
-                .spawn()
-        })
-        .collect::<Result<_, _>>()?;
     let (mut overlaps, mut handovers, mut least) = (0, 0, u64::MAX);
-    for ((kind, _), worker) in kinds.iter().zip(workers) {
-        let output = worker.wait_with_output()?;
-        let text = String::from_utf8_lossy(&output.stdout);
-        check(
-            output.status.success(),
-            format!("{kind} worker failed: {} {text}", output.status),
-        )?;
-        let [acquired, failed, overlapped, handed] = support::harness::counts::<4>(&text)?;
-        println!(
-            "  {kind}: {acquired} acquisitions, {failed} failed calls, {overlapped} overlaps, {handed} taken over from the other client"
-        );
+    for [acquired, _, overlapped, handed] in contend(exe, &kinds, ("4", "2"), &checker, &nodes)? {
         overlaps += overlapped;
         handovers += handed;
         least = least.min(acquired);
@@ -184,23 +175,102 @@ fn quorlock_and_rslock_share_a_lock(exe: &std::path::Path) -> Outcome {
     )
 }
 
+/// Runs one worker process per `(kind, tasks)` for `seconds` (with
+/// `pause_ms` between a task's holds) on `nodes`,
+/// checked on `checker`: each kind's `[acquired, failed, overlaps,
+/// handovers]`, printed.
+fn contend(
+    exe: &std::path::Path,
+    kinds: &[(&str, &str)],
+    (seconds, pause_ms): (&str, &str),
+    checker: &support::RedisServer,
+    nodes: &[String],
+) -> Result<Vec<[u64; 4]>, support::harness::AnyError> {
+    let workers: Vec<_> = kinds
+        .iter()
+        .map(|(kind, tasks)| {
+            Command::new(exe)
+                .args(["--worker", kind, tasks, seconds, pause_ms, &checker.url()])
+                .args(nodes)
+                .stdout(Stdio::piped())
+                .spawn()
+        })
+        .collect::<Result<_, _>>()?;
+    let mut all = Vec::new();
+    for ((kind, _), worker) in kinds.iter().zip(workers) {
+        let output = worker.wait_with_output()?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        check(
+            output.status.success(),
+            format!("{kind} worker failed: {} {text}", output.status),
+        )?;
+        let counts = support::harness::counts::<4>(&text)?;
+        let [acquired, failed, overlapped, handed] = counts;
+        println!(
+            "  {kind}: {acquired} acquisitions, {failed} failed calls, {overlapped} overlaps, {handed} taken over from the other client"
+        );
+        all.push(counts);
+    }
+    Ok(all)
+}
+
+/// The migration case of docs/operations.md: rslock with its defaults (3
+/// tries 200 ms apart) beside quorlock, two processes of two tasks each on
+/// one shared resource, 4 s each way. With its queue, quorlock takes
+/// nearly every acquisition (a quorlock release hands the lock to the next
+/// quorlock waiter; printed, not checked); with `queueing(false)` both
+/// poll, and rslock gets at least 0.3 of a fair share (half the
+/// acquisitions). Never two holders either way.
+fn rslock_with_its_defaults_gets_a_share_beside_quorlock_polling(exe: &std::path::Path) -> Outcome {
+    let mut servers = support::servers(6);
+    let checker = servers.remove(0);
+    let nodes = support::urls(&servers);
+    let mut shares = Vec::new();
+    for quorlock in ["quorlock", "quorlock-polling"] {
+        println!(" {quorlock} beside rslock with its defaults:");
+        let kinds = [(quorlock, "2"), ("rslock-defaults", "2")];
+        let counts = contend(exe, &kinds, ("4", "0"), &checker, &nodes)?;
+        let overlaps: u64 = counts.iter().map(|counts| counts[2]).sum();
+        check(overlaps == 0, format!("{overlaps} overlaps"))?;
+        let (ours, theirs) = (counts[0][0] as f64, counts[1][0] as f64);
+        let share = theirs / ((ours + theirs) / 2.0).max(1.0);
+        println!("  rslock's share of a fair share: {share:.2}");
+        shares.push(share);
+    }
+    check(
+        shares[1] >= 0.3,
+        format!(
+            "rslock got {:.2} of a fair share beside quorlock polling",
+            shares[1]
+        ),
+    )
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--worker") {
         let runtime = support::runtime().expect("tokio runtime");
         let outcome = match &args[1..] {
-            [kind, tasks, seconds, checker, nodes @ ..] => match (tasks.parse(), seconds.parse()) {
-                (Ok(tasks), Ok(seconds)) => {
-                    runtime.block_on(worker(kind, tasks, seconds, checker, nodes))
+            [kind, tasks, seconds, pause, checker, nodes @ ..] => {
+                match (tasks.parse(), seconds.parse(), pause.parse()) {
+                    (Ok(tasks), Ok(seconds), Ok(pause)) => {
+                        let timing = (seconds, Duration::from_millis(pause));
+                        runtime.block_on(worker(kind, tasks, timing, checker, nodes))
+                    }
+                    _ => Err("bad TASKS, SECONDS or PAUSE_MS".into()),
                 }
-                _ => Err("bad TASKS or SECONDS".into()),
-            },
-            _ => Err("--worker KIND TASKS SECONDS CHECKER NODE...".into()),
+            }
+            _ => Err("--worker KIND TASKS SECONDS PAUSE_MS CHECKER NODE...".into()),
         };
         return support::harness::exit("worker", outcome);
     }
     let exe = std::env::current_exe().expect("own executable");
-    support::harness::run_tests(&args, &["quorlock_and_rslock_share_a_lock"], |_| {
-        quorlock_and_rslock_share_a_lock(&exe)
+    let tests = [
+        "quorlock_and_rslock_share_a_lock",
+        "rslock_with_its_defaults_gets_a_share_beside_quorlock_polling",
+    ];
+    support::harness::run_tests(&args, &tests, |name| match name {
+        "quorlock_and_rslock_share_a_lock" => quorlock_and_rslock_share_a_lock(&exe),
+        _ => rslock_with_its_defaults_gets_a_share_beside_quorlock_polling(&exe),
     })
 }

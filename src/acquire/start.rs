@@ -86,8 +86,8 @@ pub(crate) async fn acquire_with_meter(
     // every validity (see `standing/`).
     let ttl = if first { engine.ttl(ttl)? } else { checked };
     let span = tracing::debug_span!("quorlock.lock", resource = %show_resources(resources), ttl_ms = ttl.millis);
-    // Only a plain lock queues; the others retry.
-    let queues = waits && matches!(shape, Shape::One);
+    // Only a plain lock queues (unless queueing is off); the others retry.
+    let queues = waits && config.queueing && matches!(shape, Shape::One);
     let intent = match &shape {
         Shape::Write {
             keys,

@@ -39,6 +39,7 @@ enum Nodes {
 /// | `renew_when_left(d)` | a third of the TTL | automatic extension starts when `d` of validity is left (at most three quarters of the TTL) |
 /// | `max_extensions(n)` | none | at most `n` automatic extensions per lock |
 /// | `release_notifications(b)` | on | a waiting `lock` listens (pub/sub) for the release that hands the lock on to it and claims it at once; off, it makes a round every 250 ms (or its retry delay if shorter) to find out, which costs the nodes a round per waiter |
+/// | `queueing(b)` | on | a waiting `lock` takes a place in a fair queue on the nodes and is handed the lock in turn; off, it polls (a round every jittered retry delay), as rslock, node-redlock and redsync do: for keys shared with those clients (`key_prefix("")`), which know nothing of the queue and would otherwise rarely get the lock |
 /// | `fencing(b)` | off | fencing tokens (an `INCR` pipelined with each `SET`; one more round trip only when the nodes' counters differ) |
 /// | `fencing_counter_key(k)` | `quorlock-fencing-counter` | each node's fencing counter (only the key: `fencing(true)` turns fencing on, in either order) |
 /// | `restart_grace(d)` | 60 s | a node whose server changed (a restart without durable data, a failover) or whose data went (its data mark gone: `FLUSHALL`, an empty restart, a resync) does not count for this long after that was first seen, by any client (at least the longest TTL this client used, and the longest grace any client recorded on the nodes); must cover every client's TTL; 0: off (see `docs/operations.md`) |
@@ -282,6 +283,27 @@ impl RedlockBuilder {
         self
     }
 
+    /// Whether a waiting [`Redlock::lock`](crate::Redlock::lock) takes a
+    /// place in the fair queue on the nodes (see the crate docs) and is
+    /// handed the lock in its turn. Default: on.
+    ///
+    /// Off, a waiting `lock` polls: it makes a plain round (`SET NX` on
+    /// every node) every jittered [`retry_delay`](Self::retry_delay) until
+    /// its patience runs out, as rslock, node-redlock and redsync do. Use
+    /// it where quorlock shares keys with those clients
+    /// ([`key_prefix("")`](Self::key_prefix), see `docs/operations.md`,
+    /// "Sharing locks with other Redlock clients"): they know nothing of
+    /// the queue, and while quorlock callers queue, a quorlock release
+    /// hands the lock to the next of them, so the other clients, which
+    /// only poll, rarely find it free. Polling, each client gets the lock
+    /// about as often as it asks. What it costs: no order among waiters, a
+    /// round per waiter every retry delay, and a lock that changes hands
+    /// only as fast as the waiters poll. The lock's safety is the same.
+    pub fn queueing(mut self, on: bool) -> Self {
+        self.config.queueing = on;
+        self
+    }
+
     /// Fencing tokens: each lock gets a number larger than every earlier
     /// holder's, from [`LockGuard::fencing_token`](crate::LockGuard::fencing_token).
     /// Costs an `INCR` pipelined with each acquisition's `SET`, and one more
@@ -368,6 +390,7 @@ impl Default for Config {
                 .as_bytes()
                 .into(),
             release_notifications: true,
+            queueing: true,
             restart_grace: RedlockBuilder::DEFAULT_RESTART_GRACE,
             clock_tolerance: RedlockBuilder::DEFAULT_CLOCK_TOLERANCE,
             trust_durable_nodes: true,

@@ -41,6 +41,8 @@ pub(crate) struct Config {
     /// The key of each node's fencing counter (used with fencing on).
     pub(crate) fencing_counter_key: Arc<[u8]>,
     pub(crate) release_notifications: bool,
+    /// Whether a waiting `lock` queues on the nodes (else it polls).
+    pub(crate) queueing: bool,
     pub(crate) restart_grace: Duration,
     /// The largest clock step not seen (zero: steps are not watched).
     pub(crate) clock_tolerance: Duration,
