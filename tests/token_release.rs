@@ -11,6 +11,14 @@ use support::{builder, holders, servers, urls};
 
 const TTL: Duration = Duration::from_secs(10);
 
+/// Waits (up to 5 s) until every node holds `key`.
+async fn on_every_node(nodes: &[support::RedisServer], key: &[u8]) -> bool {
+    support::eventually(Duration::from_secs(5), || {
+        holders(nodes, key).iter().all(Option::is_some)
+    })
+    .await
+}
+
 /// Another client with the token releases the lock on every node; the
 /// holder's guard then finds it gone (its extension fails, its unlock
 /// says it had expired); a second release finds nothing.
@@ -21,7 +29,11 @@ async fn another_client_with_the_token_releases_the_lock() {
     let other = quorlock::Redlock::new(urls(&nodes)).unwrap();
     let mut guard = holder.lock("token:job", TTL).await.unwrap();
     let key = holder.key("token:job").unwrap();
-    assert!(holders(&nodes, &key).iter().all(Option::is_some));
+    // The lock returns on a quorum: the last node's `SET` may follow.
+    assert!(
+        on_every_node(&nodes, &key).await,
+        "the key reached every node"
+    );
 
     let found = other
         .unlock_token("token:job", guard.token())
@@ -54,9 +66,16 @@ async fn a_wrong_token_changes_nothing() {
     let other = quorlock::Redlock::new(urls(&nodes)).unwrap();
     let guard = holder.lock("token:kept", TTL).await.unwrap();
     let key = holder.key("token:kept").unwrap();
+    assert!(
+        on_every_node(&nodes, &key).await,
+        "the key reached every node"
+    );
     let before = holders(&nodes, &key);
 
-    let wrong = format!("{}0", &guard.token()[..32]);
+    // The same first characters (what a status shows), another last one.
+    let (start, last) = guard.token().split_at(32);
+    let wrong = format!("{start}{}", if last == "0" { "1" } else { "0" });
+    assert_ne!(wrong, guard.token());
     let found = other.unlock_token("token:kept", &wrong).await.unwrap();
     assert_eq!(found, TokenRelease::HeldByOther { nodes: 3 });
     assert_eq!(
