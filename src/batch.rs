@@ -12,11 +12,14 @@
 //! - Only votes sent while other calls are under way on the node's
 //!   connection ([`Batches::busy`]) come here; a vote sent alone goes out
 //!   at once, with its reading pipelined after it (`node/`).
-//! - The first vote to find no batch gathering *leads*: it yields once to
-//!   the runtime (so that the other tasks ready to run add their votes),
-//!   then takes every vote gathered so far and sends them, with the
-//!   witness, on its connection. A vote that finds a batch gathering joins it and waits
-//!   for its reply. A batch in flight does not stop the next one from
+//! - The first vote to find no batch gathering *leads*: it yields once,
+//!   to the back of its worker's run queue (so that the other tasks ready
+//!   to run add their votes; not until the worker runs out of tasks, which
+//!   would leave the node idle while the client works, then the client
+//!   idle while the node does), then takes every vote gathered so far and
+//!   sends them, with the witness, on its connection. A vote that finds a
+//!   batch gathering joins it and waits for its reply. A batch in flight
+//!   does not stop the next one from
 //!   gathering and leaving.
 //! - A node runs a pipeline's commands in order, so the witness at its end
 //!   ran after every grant in it: it is judged once (`judge`), and that
@@ -238,7 +241,7 @@ impl Batches {
                 number,
                 gathered: false,
             };
-            tokio::task::yield_now().await;
+            tasks::yield_to_queue().await;
             let (votes, unsent) = gathering.gather();
             let flying = fly(self.clone(), carrier.clone(), votes, unsent);
             let mut flight = Flight(Some(Box::pin(flying)));
