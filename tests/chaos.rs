@@ -16,7 +16,8 @@
 //! mutual exclusion and fencing tokens must hold; and every one of those
 //! faults at random, with lossy links on top, while 4 processes of 100
 //! tasks take plain locks, sets, read and write holds, semaphore permits
-//! and a leadership (`chaos_harness/mixed.rs`).
+//! and a leadership, two of the processes with `queueing(false)` (their
+//! plain locks poll where the others' queue; `chaos_harness/mixed.rs`).
 //! 0 overlaps; no grant with the majority down; failed calls within their
 //! deadline; locking resumes after recovery. (`examples/chaos.rs` is the full
 //! run.) This test re-executes its own binary as the workers, so it has its

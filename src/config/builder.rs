@@ -298,7 +298,12 @@ impl RedlockBuilder {
     /// only poll, rarely find it free. Polling, each client gets the lock
     /// about as often as it asks. What it costs: no order among waiters, a
     /// round per waiter every retry delay, and a lock that changes hands
-    /// only as fast as the waiters poll. The lock's safety is the same.
+    /// only as fast as the waiters poll. Turn it off in every quorlock
+    /// client on those keys: beside quorlock clients that queue, one that
+    /// polls rarely finds the lock free either. The lock's safety is the
+    /// same (a polling round is the plain round that
+    /// [`Redlock::try_lock`](crate::Redlock::try_lock) makes; the run with
+    /// every fault in `tests/chaos.rs` has half its processes poll).
     pub fn queueing(mut self, on: bool) -> Self {
         self.config.queueing = on;
         self

@@ -2,6 +2,9 @@
 //! takes one of the primitives, drawn at random, and checks it on the
 //! checker, resource by resource:
 //! - a plain lock on `m0` or `m1` (alone, token above the last holder's);
+//!   half the worker processes take it with `queueing(false)` (they poll
+//!   where the others queue, as a fleet does while it migrates from
+//!   another Redlock client), and are counted apart;
 //! - a set, `lock_all(m0, m1)` (alone on both, token above both);
 //! - a read hold of the read-write lock `rw` (beside readers only) or its
 //!   write hold (alone, token above the last writer's);
@@ -30,6 +33,8 @@ pub const PERMITS: u32 = 3;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Primitive {
     Lock,
+    /// A plain lock by a worker process whose client has `queueing(false)`.
+    PolledLock,
     Set,
     Read,
     Write,
@@ -38,8 +43,9 @@ pub enum Primitive {
 }
 
 impl Primitive {
-    pub const ALL: [Primitive; 6] = [
+    pub const ALL: [Primitive; 7] = [
         Primitive::Lock,
+        Primitive::PolledLock,
         Primitive::Set,
         Primitive::Read,
         Primitive::Write,
@@ -51,6 +57,7 @@ impl Primitive {
     pub fn name(self) -> &'static str {
         match self {
             Primitive::Lock => "plain locks",
+            Primitive::PolledLock => "plain locks, queue off",
             Primitive::Set => "sets of two",
             Primitive::Read => "read holds",
             Primitive::Write => "write holds",
@@ -59,10 +66,11 @@ impl Primitive {
         }
     }
 
-    /// One drawn at random: plain locks a third of the time, the others
-    /// alike.
-    fn draw() -> Primitive {
+    /// One drawn at random: plain locks a third of the time (polled where
+    /// the worker's client does not queue), the others alike.
+    fn draw(polling: bool) -> Primitive {
         match rand::rng().random_range(0..9) {
+            0..=2 if polling => Primitive::PolledLock,
             0..=2 => Primitive::Lock,
             3 => Primitive::Set,
             4 => Primitive::Read,
@@ -74,7 +82,7 @@ impl Primitive {
 }
 
 /// Per primitive: acquisitions, overlaps, failed calls.
-pub type Tallies = [[u64; 3]; 6];
+pub type Tallies = [[u64; 3]; 7];
 
 /// What a holder holds: released when it is done.
 enum Held {
@@ -130,7 +138,7 @@ async fn take(
 ) -> Option<(Held, Vec<Place>)> {
     let lock = rand::rng().random_range(0..2);
     Some(match primitive {
-        Primitive::Lock => {
+        Primitive::Lock | Primitive::PolledLock => {
             let guard = redlock.lock(format!("m{lock}"), ttl).await.ok()?;
             let place = Place::new(&format!("m{lock}"), Mode::Exclusive, true);
             (Held::Guard(guard), vec![place])
@@ -178,21 +186,23 @@ if tonumber(ARGV[1]) <= last then return 0 end
 redis.call("set", KEYS[1], ARGV[1])
 return 1"#;
 
-/// One task: takes primitives until the checker's `stop` key is set.
+/// One task: takes primitives until the checker's `stop` key is set;
+/// `polling`: its client has `queueing(false)`.
 pub async fn task(
     redlock: Redlock,
     mut checker: redis::aio::MultiplexedConnection,
     hold: Hold,
     patience: Duration,
+    polling: bool,
 ) -> Result<(Tally, Tallies), AnyError> {
     let semaphore = redlock.semaphore("sem", PERMITS)?;
     let mut tally = Tally::default();
-    let mut tallies: Tallies = [[0; 3]; 6];
+    let mut tallies: Tallies = [[0; 3]; 7];
     loop {
         let Some(outage) = super::go_on(&mut checker).await? else {
             break;
         };
-        let primitive = Primitive::draw();
+        let primitive = Primitive::draw(polling);
         let counts = &mut tallies[primitive as usize];
         let started = Instant::now();
         let (held, places) = match take(primitive, &redlock, &semaphore, patience, hold.ttl).await {

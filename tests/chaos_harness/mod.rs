@@ -561,7 +561,22 @@ pub async fn worker(checker: &str, nodes: &[String]) -> Result<(), AnyError> {
     } else {
         ttl
     };
+    let mixed: Option<i64> = checker.clone().get("chaos:mixed").await?;
+    // In the run with every fault, every other worker process polls (see
+    // `mixed_worker.rs`).
+    let polling = match mixed {
+        Some(_) => {
+            checker
+                .clone()
+                .incr::<_, _, i64>("chaos:workers-started", 1)
+                .await?
+                % 2
+                == 0
+        }
+        None => false,
+    };
     let redlock = Redlock::builder(nodes)
+        .queueing(!polling)
         .restart_grace(grace)
         .clock_tolerance(if unprotected.is_some() {
             Duration::ZERO
@@ -574,14 +589,13 @@ pub async fn worker(checker: &str, nodes: &[String]) -> Result<(), AnyError> {
         .retry_delay(Duration::from_millis(10))
         .retry_jitter(Duration::from_millis(10))
         .build()?;
-    let mixed: Option<i64> = checker.clone().get("chaos:mixed").await?;
     let patience = patience_ms.map_or(ACQUIRE_TIMEOUT, Duration::from_millis);
     let tasks: Vec<_> = (0..tasks.unwrap_or(TASKS_PER_WORKER))
         .map(|_| {
             let (redlock, checker) = (redlock.clone(), checker.clone());
             tokio::spawn(async move {
                 if mixed.is_some() {
-                    mixed_worker::task(redlock, checker, hold, patience).await
+                    mixed_worker::task(redlock, checker, hold, patience, polling).await
                 } else {
                     let tally = worker_task(redlock, checker, hold).await?;
                     Ok((tally, mixed_worker::Tallies::default()))
