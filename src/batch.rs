@@ -646,6 +646,31 @@ mod tests {
         assert_eq!(judged.load(Ordering::SeqCst), 2, "one witness per batch");
     }
 
+    /// A batch's leader yields to the tasks ready to run, not until the
+    /// worker has nothing left to run: a task that deferred itself to then
+    /// (as tokio's `yield_now` does) finds the batch gone out already. With
+    /// the leader deferred too, each batch waited for every such task and
+    /// for the I/O they bring in, and the node idled meanwhile.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_batch_goes_out_before_the_worker_runs_out_of_tasks() {
+        let judged = Arc::new(AtomicUsize::new(0));
+        let batches = batches(&judged);
+        let mock = Mock::default();
+        let carried = mock.batches.clone();
+        // The vote leads its batch; then the other task defers itself.
+        let vote = tokio::spawn(async move { batches.send(get("1"), None, &mock).await });
+        let deferred = tokio::spawn(async move {
+            tokio::task::yield_now().await;
+            tasks::lock(&carried).len()
+        });
+        assert_eq!(vote.await.ok().map(|landed| landed.is_ok()), Some(true));
+        assert_eq!(
+            deferred.await.ok(),
+            Some(1),
+            "the batch went out before the worker ran out of tasks"
+        );
+    }
+
     #[test]
     fn batches_out_of_order_count_once_those_before_them_went_out() {
         let mut progress = Progress::default();
