@@ -197,8 +197,8 @@ impl Batches {
     /// begun before it (see `node/`): a lock's release must not overtake
     /// the vote that set its key on this node, which, batched, waits for
     /// its batch to gather while the other nodes' grants already won the
-    /// round. The wait is a batch's gathering: one turn of the runtime;
-    /// batches begun later do not hold it.
+    /// round. The wait is a batch's gathering (the tasks ready to run when
+    /// it began); batches begun later do not hold it.
     ///
     /// Cancel safety: cancel safe (it only waits).
     pub(crate) async fn sent(&self, last: u64) {
