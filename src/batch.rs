@@ -19,8 +19,7 @@
 //!   idle while the node does), then takes every vote gathered so far and
 //!   sends them, with the witness, on its connection. A vote that finds a
 //!   batch gathering joins it and waits for its reply. A batch in flight
-//!   does not stop the next one from
-//!   gathering and leaving.
+//!   does not stop the next one from gathering and leaving.
 //! - A node runs a pipeline's commands in order, so the witness at its end
 //!   ran after every grant in it: it is judged once (`judge`), and that
 //!   verdict is each vote's, exactly as if each vote had read the mark and
