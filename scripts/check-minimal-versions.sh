@@ -45,7 +45,6 @@ manifest = re.sub(r'\[\[test\]\]\nname = "\w+"\nharness = false\n\n?', "", manif
 open("Cargo.toml", "w").write(manifest)
 PY
 find tests -maxdepth 1 -name '*.rs' ! -name lock_basics.rs ! -name token_release.rs -delete
-sed -i 's/^exclude = .*/autoexamples = false\nautobenches = false/' Cargo.toml
 
 echo "== resolving each direct dependency to the lowest version Cargo.toml allows"
 # Prints each version it chose ("Adding tokio v1.41.0").
