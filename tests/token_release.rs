@@ -7,17 +7,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use quorlock::{Error, TokenRelease, Unlocked};
-use support::{builder, holders, servers, urls};
+use support::{builder, held_everywhere, holders, servers, urls};
 
 const TTL: Duration = Duration::from_secs(10);
-
-/// Waits (up to 5 s) until every node holds `key`.
-async fn on_every_node(nodes: &[support::RedisServer], key: &[u8]) -> bool {
-    support::eventually(Duration::from_secs(5), || {
-        holders(nodes, key).iter().all(Option::is_some)
-    })
-    .await
-}
 
 /// Another client with the token releases the lock on every node; the
 /// holder's guard then finds it gone (its extension fails, its unlock
@@ -31,7 +23,7 @@ async fn another_client_with_the_token_releases_the_lock() {
     let key = holder.key("token:job").unwrap();
     // The lock returns on a quorum: the last node's `SET` may follow.
     assert!(
-        on_every_node(&nodes, &key).await,
+        held_everywhere(&nodes, &key, Duration::from_secs(5)).await,
         "the key reached every node"
     );
 
@@ -67,7 +59,7 @@ async fn a_wrong_token_changes_nothing() {
     let guard = holder.lock("token:kept", TTL).await.unwrap();
     let key = holder.key("token:kept").unwrap();
     assert!(
-        on_every_node(&nodes, &key).await,
+        held_everywhere(&nodes, &key, Duration::from_secs(5)).await,
         "the key reached every node"
     );
     let before = holders(&nodes, &key);
