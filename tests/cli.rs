@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{RedisServer, proxies, proxy_urls, servers, urls, wait_held_everywhere};
+use support::{RedisServer, Scratch, proxies, proxy_urls, servers, urls, wait_held_everywhere};
 
 const EXIT_NOT_ACQUIRED: i32 = 75;
 const EXIT_LOST: i32 = 76;
@@ -22,11 +22,9 @@ fn output(command: &mut Command) -> Output {
     command.stdin(Stdio::null()).output().expect("run quorlock")
 }
 
-fn scratch(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("quorlock-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A directory for test `name`'s files, removed when dropped.
+fn scratch(name: &str) -> Scratch {
+    Scratch::new(&format!("cli-{name}"))
 }
 
 /// Two `quorlock run` loops of a command that appends start/end lines to a
@@ -93,7 +91,9 @@ fn two_runs_never_interleave() {
 /// that writes its pid and sleeps a minute, stderr piped: the child, and
 /// CMD's pid once it runs.
 fn run_sleeping_cmd(nodes: &[RedisServer], name: &str, options: &[&str]) -> (Child, String) {
-    let pid_file = scratch(name).join("pid");
+    // Removed on return, once CMD's pid was read from it.
+    let dir = scratch(name);
+    let pid_file = dir.join("pid");
     let child = quorlock(nodes)
         .arg("run")
         .args(options)
@@ -761,7 +761,7 @@ fn wait_for_text(path: &Path, text: &str, limit: Duration) -> bool {
 fn refused_extension_kills_the_whole_group_at_once() {
     let nodes = servers(3);
     let dir = scratch("refused");
-    let _cleanup = KillPids(dir.clone());
+    let _cleanup = KillPids(dir.to_path_buf());
     let journal = dir.join("journal");
     let (mut first, cmd_pid, child_pid) = run_stubborn(&nodes, &dir, "cli:refused", "2s");
     for node in &nodes {
@@ -813,7 +813,7 @@ fn refused_extension_kills_the_whole_group_at_once() {
 fn failing_extensions_term_then_kill_the_group_within_the_validity() {
     let nodes = servers(3);
     let dir = scratch("failing");
-    let _cleanup = KillPids(dir.clone());
+    let _cleanup = KillPids(dir.to_path_buf());
     let journal = dir.join("journal");
     let (mut first, cmd_pid, child_pid) = run_stubborn(&nodes, &dir, "cli:failing", "2s");
     let frozen_at = now_ns();
@@ -851,7 +851,7 @@ fn failing_extensions_term_then_kill_the_group_within_the_validity() {
 fn group_dies_with_quorlock() {
     let nodes = servers(1);
     let dir = scratch("dies");
-    let _cleanup = KillPids(dir.clone());
+    let _cleanup = KillPids(dir.to_path_buf());
     let (mut first, cmd_pid, child_pid) = run_stubborn(&nodes, &dir, "cli:dies", "10s");
     first.0.kill().unwrap();
     first.0.wait().unwrap();
@@ -873,7 +873,7 @@ fn group_dies_with_quorlock() {
 fn leftovers_of_the_group_are_killed_before_the_release() {
     let nodes = servers(1);
     let dir = scratch("leftover");
-    let _cleanup = KillPids(dir.clone());
+    let _cleanup = KillPids(dir.to_path_buf());
     // No pipes: the job left running would hold them open.
     let status = quorlock(&nodes)
         .args([
@@ -1282,7 +1282,7 @@ fn leader_json(nodes: &[RedisServer]) -> (Option<i32>, serde_json::Value) {
 fn elect_runs_cmd_on_one_machine_and_a_standby_takes_over() {
     let nodes = servers(3);
     let dir = scratch("elect");
-    let _cleanup = KillPids(dir.clone());
+    let _cleanup = KillPids(dir.to_path_buf());
     let mut first = elect(&nodes, &dir, "first", "machine-a");
     let first_pid = wait_for_pid(&dir.join("first.pid"));
     let mut second = elect(&nodes, &dir, "second", "machine-b");
@@ -1334,7 +1334,7 @@ fn elect_runs_cmd_on_one_machine_and_a_standby_takes_over() {
 fn elect_kills_cmd_when_the_leadership_is_lost() {
     let nodes = servers(3);
     let dir = scratch("elect-lost");
-    let _cleanup = KillPids(dir.clone());
+    let _cleanup = KillPids(dir.to_path_buf());
     let mut leader = elect(&nodes, &dir, "leader", "machine-a");
     let cmd_pid = wait_for_pid(&dir.join("leader.pid"));
     for node in &nodes {

@@ -206,8 +206,7 @@ fn concurrent_calls_on_one_worker_share_writes() {
 /// taken, contended and released, by one caller and by 16 at once.
 #[test]
 fn a_unix_socket_node_locks_and_releases() {
-    let dir = std::env::temp_dir().join(format!("quorlock-unix-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("socket dir");
+    let dir = support::Scratch::new("unix");
     let socket = dir.join(format!("redis-{}.sock", support::free_port()));
     let socket_arg = socket.to_str().expect("utf-8 temp dir").to_owned();
     let server = RedisServer::start_with(&["--unixsocket", &socket_arg, "--unixsocketperm", "700"]);
@@ -238,5 +237,4 @@ fn a_unix_socket_node_locks_and_releases() {
         }
     });
     drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -4,12 +4,12 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use quorlock::{Redlock, Unlocked};
-use support::RedisServer;
+use support::{RedisServer, Scratch};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -77,11 +77,9 @@ fn make_certificates(dir: &Path) {
     ]);
 }
 
-fn scratch() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("quorlock-tls-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A directory for the certificates, removed when dropped.
+fn scratch() -> Scratch {
+    Scratch::new("tls")
 }
 
 /// With the test CA given to `redis::Client::build_with_tls`, three TLS nodes

@@ -16,23 +16,40 @@ use std::time::{Duration, Instant};
 use super::netns::Host;
 use super::{RedisServer, free_port};
 
-/// The shim, built once per test process.
+/// The shim, built once per test process into Cargo's scratch dir for
+/// tests (`CARGO_TARGET_TMPDIR`; the temp dir for an example), named by a
+/// hash of its source: one file however many test processes ran, none left
+/// in the temp dir.
 fn shim() -> &'static Path {
     static SHIM: OnceLock<PathBuf> = OnceLock::new();
     SHIM.get_or_init(|| {
         let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/clockshim.c");
-        let dir = std::env::temp_dir().join(format!("quorlock-clockshim-{}", std::process::id()));
+        let code = std::fs::read(&source).expect("read the clock shim's source");
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(&code, &mut hasher);
+        let dir = option_env!("CARGO_TARGET_TMPDIR").map_or_else(std::env::temp_dir, PathBuf::from);
         std::fs::create_dir_all(&dir).expect("shim dir");
-        let library = dir.join("libclockshim.so");
+        let name = format!(
+            "quorlock-clockshim-{:016x}.so",
+            std::hash::Hasher::finish(&hasher)
+        );
+        let library = dir.join(&name);
+        if library.exists() {
+            return library;
+        }
+        // Built under a name of this process's, then renamed: another test
+        // process building it at the same time never loads half a file.
+        let building = dir.join(format!("{name}.{}", std::process::id()));
         let built = Command::new("cc")
             .args(["-O2", "-shared", "-fPIC", "-o"])
-            .arg(&library)
+            .arg(&building)
             .arg(&source)
             .status()
             .unwrap_or_else(|err| {
                 panic!("cc, to build the clock shim: {err}. Install it: apt-get install -y gcc")
             });
         assert!(built.success(), "building the clock shim failed");
+        std::fs::rename(&building, &library).expect("rename the clock shim");
         library
     })
 }

@@ -39,7 +39,7 @@ pub use server::{adapted, describe, is_redis_before_7, not_run, server_binary};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -49,6 +49,47 @@ use redis::Commands;
 
 const INSTALL_HINT: &str = "redis-server was not found on PATH. Install it with \
 `apt-get update && apt-get install -y redis-server` (or run scripts/test.sh, which installs it)";
+
+/// A directory of a test's own under the temp dir, named by `name`, the
+/// test process and a counter; removed with what is in it when dropped (so
+/// also when the test panics).
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    /// Makes a new, empty directory (`quorlock-<name>-<pid>-<n>`).
+    pub fn new(name: &str) -> Scratch {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "quorlock-{name}-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)
+            .unwrap_or_else(|err| panic!("make the scratch dir {}: {err}", dir.display()));
+        Scratch(dir)
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
 
 /// One `try_lock` and `unlock` of `resource`, panicking with the error if
 /// either fails: for tests that need the lock taken once (a first contact,
