@@ -40,6 +40,7 @@ fn main() -> ExitCode {
             "waiters_are_served_when_their_notifications_go_silent",
             "lossy_and_slow_links_never_give_two_holders",
             "split_brain_over_sentinel",
+            "a_net_leaves_no_link_behind_when_a_namespace_outlives_it",
         ],
         &|args| {
             if std::env::var_os(HOLDER).is_some() {
@@ -80,6 +81,9 @@ fn main() -> ExitCode {
                 Duration::from_secs(240),
                 split_brain_over_sentinel(exe),
             ),
+            "a_net_leaves_no_link_behind_when_a_namespace_outlives_it" => {
+                a_net_leaves_no_link_behind()
+            }
             _ => Err(format!("unknown test {name}").into()),
         },
     )
@@ -100,6 +104,51 @@ fn wall_us(at: Instant) -> u64 {
         Some(ahead) => now_us() + ahead.as_micros() as u64,
         None => now_us().saturating_sub(now.duration_since(at).as_micros() as u64),
     }
+}
+
+/// A new host replaces a link left with its name, and a dropped net
+/// removes its hosts' links even when a namespace outlives it: the kernel keeps a namespace while anything holds it (here an open
+/// handle; after a test, sockets still retransmitting to a cut peer, for
+/// minutes), and with it the pair of links to its bridge. A link left
+/// behind made the next net given the same slot fail to add its own
+/// ("File exists").
+fn a_net_leaves_no_link_behind() -> Outcome {
+    let net = Net::new();
+    let host = net.host();
+    let (Some(netns), Some(link)) = (host.netns.clone(), host.outside_link()) else {
+        return Err("a host of the net has no namespace".into());
+    };
+    let exists = |link: &str| {
+        std::process::Command::new("ip")
+            .args(["link", "show", link])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    check(exists(&link), format!("{link} is there while the net is"))?;
+    // A link left with the name of the next host's (by a net that had the
+    // slot before, under older code, or whose removal was killed): the new
+    // host replaces it.
+    let stale = format!("{}h3", link.strip_suffix("h2").unwrap_or(&link));
+    let made = std::process::Command::new("ip")
+        .args(["link", "add", &stale, "type", "bridge"])
+        .status()?;
+    check(
+        made.success() && exists(&stale),
+        format!("a stale {stale} made"),
+    )?;
+    let next = net.host();
+    check(
+        next.outside_link().as_deref() == Some(stale.as_str()) && exists(&stale),
+        format!("the next host's link is {:?}", next.outside_link()),
+    )?;
+    // Holds the namespace past the net, as a lingering socket would.
+    let held = std::fs::File::open(format!("/var/run/netns/{netns}"))?;
+    drop(net);
+    let left = exists(&link);
+    drop(held);
+    check(!left, format!("{link} was left behind by the dropped net"))
 }
 
 /// The test support's faults do what they say (`support/netns.rs`): across

@@ -71,6 +71,14 @@ impl Host {
         }
     }
 
+    /// The host's link as named outside its namespace, on the bridge
+    /// (`None` for the test process's own host).
+    pub fn outside_link(&self) -> Option<String> {
+        let netns = self.netns.as_deref()?;
+        let (slot, index) = netns.strip_prefix("ql")?.split_once('-')?;
+        Some(format!("ql{slot}h{index}"))
+    }
+
     /// `ip` (iproute2) inside this host's namespace.
     fn ip_command(&self) -> Command {
         let mut command = Command::new("ip");
@@ -161,6 +169,10 @@ impl Net {
             format!("ql{}n{index}", self.slot),
         );
         let cidr = format!("{}/24", host.ip);
+        // A link of this name left by a net that held the slot before,
+        // removed by a version of this code that did not delete it (see
+        // `removal_script`): the slot is ours now (we made its bridge).
+        let _ = run("ip", &["link", "del", &outside]);
         run_or_panic("ip", &["netns", "add", netns]);
         for args in [
             vec![
@@ -455,10 +467,19 @@ fn check_tools() {
 
 /// The shell commands that remove net `slot`: every process in its
 /// namespaces killed, the namespaces and the bridge deleted.
+/// Removes net `slot`: its hosts' processes, namespaces and links, then
+/// its bridge (which frees the slot). A namespace lives on while anything
+/// holds it (sockets retransmitting to a cut peer, for minutes), and with it
+/// the pair of links to the bridge: each is deleted by its outside end,
+/// which deletes both.
 fn removal_script(slot: u16) -> String {
     format!(
         "for ns in $(ip netns list | awk '{{print $1}}' | grep '^ql{slot}-'); do \
            ip netns pids \"$ns\" | xargs -r kill -9; ip netns del \"$ns\"; \
+         done; \
+         for link in $(ip -o link show | awk -F': ' '{{print $2}}' | sed 's/@.*//' \
+                       | grep -x 'ql{slot}h[0-9]*'); do \
+           ip link del \"$link\" 2>/dev/null; \
          done; ip link del qlb{slot} 2>/dev/null; true"
     )
 }
