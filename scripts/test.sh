@@ -24,7 +24,10 @@ echo "== cargo test"
 # makes there (servers' dirs, certificates, the CLI's files) it removes,
 # whether it passes or fails.
 tests_tmp=$(mktemp -d "${TMPDIR:-/tmp}/quorlock-tests.XXXXXX")
-TMPDIR=$tests_tmp cargo test --all-features
+if ! TMPDIR=$tests_tmp cargo test --all-features; then
+    rm -rf "$tests_tmp"
+    exit 1
+fi
 left=$(find "$tests_tmp" -mindepth 1 -maxdepth 1)
 rm -rf "$tests_tmp"
 if [ -n "$left" ]; then

@@ -107,11 +107,11 @@ fn wall_us(at: Instant) -> u64 {
 }
 
 /// A new host replaces a link left with its name, and a dropped net
-/// removes its hosts' links even when a namespace outlives it: the kernel keeps a namespace while anything holds it (here an open
-/// handle; after a test, sockets still retransmitting to a cut peer, for
-/// minutes), and with it the pair of links to its bridge. A link left
-/// behind made the next net given the same slot fail to add its own
-/// ("File exists").
+/// removes its hosts' links even when a namespace outlives it: the kernel
+/// keeps a namespace while anything holds it (here an open handle; after a
+/// test, sockets still retransmitting to a cut peer, for minutes), and with
+/// it the pair of links to its bridge. A link left behind made the next net
+/// given the same slot fail to add its own ("File exists").
 fn a_net_leaves_no_link_behind() -> Outcome {
     let net = Net::new();
     let host = net.host();

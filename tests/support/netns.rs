@@ -169,9 +169,10 @@ impl Net {
             format!("ql{}n{index}", self.slot),
         );
         let cidr = format!("{}/24", host.ip);
-        // A link of this name left by a net that held the slot before,
-        // removed by a version of this code that did not delete it (see
-        // `removal_script`): the slot is ours now (we made its bridge).
+        // A link of this name left by a net that had the slot before and
+        // whose removal did not delete it (older code, or a removal that
+        // was killed; see `removal_script`): the slot is ours now (we made
+        // its bridge).
         let _ = run("ip", &["link", "del", &outside]);
         run_or_panic("ip", &["netns", "add", netns]);
         for args in [
@@ -466,12 +467,11 @@ fn check_tools() {
 }
 
 /// The shell commands that remove net `slot`: every process in its
-/// namespaces killed, the namespaces and the bridge deleted.
-/// Removes net `slot`: its hosts' processes, namespaces and links, then
-/// its bridge (which frees the slot). A namespace lives on while anything
-/// holds it (sockets retransmitting to a cut peer, for minutes), and with it
-/// the pair of links to the bridge: each is deleted by its outside end,
-/// which deletes both.
+/// namespaces killed, the namespaces deleted, then its hosts' links and
+/// last its bridge (which frees the slot). A namespace lives on while
+/// anything holds it (sockets retransmitting to a cut peer, for minutes),
+/// and with it the pair of links to the bridge: each pair is deleted by its
+/// outside end, which deletes both.
 fn removal_script(slot: u16) -> String {
     format!(
         "for ns in $(ip netns list | awk '{{print $1}}' | grep '^ql{slot}-'); do \
