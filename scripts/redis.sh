@@ -34,6 +34,24 @@ ensure_net_tools() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 nftables >/dev/null
 }
 
+# Runs "$@" (the tests) with TMPDIR a temp dir of their own, which they must
+# leave empty: what a test makes there (servers' dirs, certificates, the CLI
+# tests' files) it removes, passed or failed. Fails if they fail or leave
+# anything (listed); removes the dir either way.
+in_own_tmp() {
+    local dir left status=0
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/quorlock-tests.XXXXXX")
+    TMPDIR=$dir "$@" || status=$?
+    left=$(find "$dir" -mindepth 1 -maxdepth 1)
+    rm -rf "$dir"
+    if [ -n "$left" ]; then
+        echo "the tests left these behind in their temp dir:" >&2
+        echo "$left" >&2
+        [ "$status" -ne 0 ] || status=1
+    fi
+    return "$status"
+}
+
 # Makes the temporary directory and installs the traps that always stop the
 # servers: on exit, on failure and on Ctrl-C / SIGTERM.
 redis_setup() {

@@ -60,8 +60,9 @@ for name in "${servers[@]}"; do
     echo "== $name: $("$binary" --version)"
     not_run="$cache/not-run-$name.txt"
     rm -f "$not_run"
+    # In a temp dir of their own, which they must leave empty (`in_own_tmp`).
     if QUORLOCK_TEST_SERVER=$binary QUORLOCK_NOT_RUN=$not_run \
-        cargo test --all-features --no-fail-fast; then
+        in_own_tmp cargo test --all-features --no-fail-fast; then
         summary+=("$name: passed")
     else
         summary+=("$name: FAILED")

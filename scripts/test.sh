@@ -20,21 +20,8 @@ cargo clippy --all-targets --all-features -- -D warnings
 echo "== the crate's shape (no import circle, short functions, shallow nesting)"
 scripts/check-structure.sh
 echo "== cargo test"
-# In a temp dir of their own, which they must leave empty: what a test
-# makes there (servers' dirs, certificates, the CLI's files) it removes,
-# whether it passes or fails.
-tests_tmp=$(mktemp -d "${TMPDIR:-/tmp}/quorlock-tests.XXXXXX")
-if ! TMPDIR=$tests_tmp cargo test --all-features; then
-    rm -rf "$tests_tmp"
-    exit 1
-fi
-left=$(find "$tests_tmp" -mindepth 1 -maxdepth 1)
-rm -rf "$tests_tmp"
-if [ -n "$left" ]; then
-    echo "the tests left these behind in their temp dir:" >&2
-    echo "$left" >&2
-    exit 1
-fi
+# In a temp dir of their own, which they must leave empty (`in_own_tmp`).
+in_own_tmp cargo test --all-features
 echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features
 
