@@ -52,5 +52,6 @@ RUSTC_BOOTSTRAP=1 cargo update -Z direct-minimal-versions
 echo "== build: library and CLI, every feature"
 cargo build --lib --bins --all-features
 echo "== unit tests, tests/lock_basics.rs, tests/token_release.rs"
-cargo test --all-features --lib --test lock_basics --test token_release
+cargo test --all-features --lib --test lock_basics --test token_release --no-run
+in_own_tmp cargo test --all-features --lib --test lock_basics --test token_release
 echo "== the lowest versions Cargo.toml allows are enough"

@@ -37,7 +37,9 @@ ensure_net_tools() {
 # Runs "$@" (the tests) with TMPDIR a temp dir of their own, which they must
 # leave empty: what a test makes there (servers' dirs, certificates, the CLI
 # tests' files) it removes, passed or failed. Fails if they fail or leave
-# anything (listed); removes the dir either way.
+# anything (listed); removes the dir either way. Build the tests first
+# (`cargo test --no-run`): a dependency's build script may leave files in
+# the temp dir it builds in (rustix's `rustix_test_can_compile`).
 in_own_tmp() {
     local dir left status=0
     dir=$(mktemp -d "${TMPDIR:-/tmp}/quorlock-tests.XXXXXX")

@@ -55,6 +55,8 @@ servers=("$@")
 
 failed=()
 summary=()
+# Built once, before the runs in their own temp dirs (`in_own_tmp`).
+cargo test --all-features --no-run
 for name in "${servers[@]}"; do
     binary=$(server_for "$name")
     echo "== $name: $("$binary" --version)"

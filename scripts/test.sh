@@ -20,7 +20,9 @@ cargo clippy --all-targets --all-features -- -D warnings
 echo "== the crate's shape (no import circle, short functions, shallow nesting)"
 scripts/check-structure.sh
 echo "== cargo test"
-# In a temp dir of their own, which they must leave empty (`in_own_tmp`).
+# In a temp dir of their own, which they must leave empty (`in_own_tmp`),
+# built before.
+cargo test --all-features --no-run
 in_own_tmp cargo test --all-features
 echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features
