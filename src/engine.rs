@@ -61,10 +61,10 @@ pub(crate) enum To<'a> {
 /// after the per-node timeout (an unlock that did release reports
 /// [`ReleaseUnconfirmed`](crate::Error::ReleaseUnconfirmed)), and the nodes
 /// are skipped until they answer a probe, so the waiters' claims fail too.
-/// 20,000 locks released at once on 3 nodes: all at once, 19,300 unlocks
-/// unconfirmed and one run in three left 1,910 waiters without their lock;
-/// 64 at a time, none unconfirmed and every waiter served. (The number is
-/// in `LockGuard::unlock`'s docs.)
+/// With this bound, releases of thousands of locks at once are confirmed
+/// and their waiters served (the measurements: docs/benchmarks.md,
+/// "Later the same day: pacing"). (The number is in `LockGuard::unlock`'s
+/// docs.)
 pub(crate) const UNLOCKS_IN_FLIGHT: usize = 64;
 
 /// A permit of `lane`, one of the client's bounds on rounds in flight: at
@@ -511,9 +511,8 @@ mod tests {
     /// Every node call is one boxed future (`Node::send`), two per lock and
     /// unlock on each node: above 1 KiB a box misses glibc's per-thread
     /// cache (1,032 bytes at most) and costs the allocator several times
-    /// more each time (docs/benchmarks.md, 2026-12-05 (evening): 439
-    /// instructions per box at 1,080 bytes, 53 at 976). This keeps the
-    /// acquisition's and the release's box under it.
+    /// more each time (docs/benchmarks.md, "2026-12-05 (evening)"). This
+    /// keeps the acquisition's and the release's box under it.
     #[tokio::test]
     async fn a_node_calls_box_fits_the_allocators_thread_cache() {
         let (targets, config) = crate::RedlockBuilder::from_urls(["redis://127.0.0.1:1"])

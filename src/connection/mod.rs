@@ -39,13 +39,12 @@
 //!   to [`BATCH`](coalescing::BATCH) more calls), so that the commands they queue go out in one
 //!   write. Without it, tokio's multi-thread scheduler runs a freshly woken
 //!   task next (its "LIFO slot"), so the driver would write each command as
-//!   soon as its caller queued it: one system call per command, on the client and
-//!   on the server. With 64 concurrent lock + unlock cycles on one node, the
-//!   client's CPU per cycle falls by about 40 % and the server's by about
-//!   30 % (see docs/benchmarks.md). A lone caller's command
-//!   goes out at once. `rediss://` nodes connect through the
-//!   `redis` crate, which spawns its own driver: their writes are not
-//!   coalesced.
+//!   soon as its caller queued it: one system call per command, on the
+//!   client and on the server; coalesced, both spend far less CPU per lock
+//!   and unlock under concurrency (the measurements: docs/benchmarks.md). A
+//!   lone caller's command goes out at once. `rediss://` nodes connect
+//!   through the `redis` crate, which spawns its own driver: their writes
+//!   are not coalesced.
 
 //!
 //! # The files
