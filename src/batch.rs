@@ -63,9 +63,10 @@ use std::time::Instant;
 use futures::future::BoxFuture;
 use redis::aio::MultiplexedConnection;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, Value};
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::Notify;
 
 use crate::clock::Reading;
+use crate::landing::{Delivery, Landing};
 use crate::tasks;
 pub(crate) use crate::witness::{Asks, Judge, Judged, Shape, Witnessed, Witnesses};
 
@@ -91,8 +92,9 @@ impl Carrier for MultiplexedConnection {
 
 /// One node's batches of timed votes.
 pub(crate) struct Batches {
-    /// The votes of the batch gathering now; `None` when none is.
-    gathering: Mutex<Option<Vec<Vote>>>,
+    /// The batch gathering now, where its votes wait for their replies;
+    /// `None` when none is.
+    gathering: Mutex<Option<Arc<Flock>>>,
     /// Which batches have gone out (see [`Batches::sent`]).
     progress: Mutex<Progress>,
     /// Told when a batch's pipeline has been handed to the connection.
@@ -120,12 +122,15 @@ impl Commands {
     }
 }
 
-/// A vote in a batch: its commands, and where its replies go.
+/// A vote in a batch: its commands (its reply comes in the batch's
+/// [`Landing`]).
 struct Vote {
     commands: Commands,
     expiry: Option<Expiry>,
-    reply: oneshot::Sender<Result<Landed, RedisError>>,
 }
+
+/// A batch's votes and their replies.
+type Flock = Landing<Vote, Result<Landed, RedisError>>;
 
 /// An acquisition's key and TTL: alone in its batch, the vote reads the
 /// node's clock from the key's expiry (`PEXPIRETIME`) when its first
@@ -221,17 +226,13 @@ impl Batches {
         expiry: Option<Expiry>,
         carrier: &C,
     ) -> Result<Landed, RedisError> {
-        let (reply, landed) = oneshot::channel();
-        let leads = {
+        let (flock, place, leads) = {
             let mut gathering = tasks::lock(&self.gathering);
             // A new batch: numbered as it begins.
             let leads = (gathering.is_none()).then(|| tasks::lock(&self.progress).begin());
-            (gathering.get_or_insert_with(|| Vec::with_capacity(GATHERING))).push(Vote {
-                commands,
-                expiry,
-                reply,
-            });
-            leads
+            let flock = gathering.get_or_insert_with(|| Landing::new(GATHERING));
+            let place = flock.join(Vote { commands, expiry });
+            (flock.clone(), place, leads)
         };
         if let Some(number) = leads {
             let mut gathering = Gathering {
@@ -241,15 +242,15 @@ impl Batches {
                 gathered: false,
             };
             tasks::yield_to_queue().await;
-            let (votes, unsent) = gathering.gather();
-            let flying = fly(self.clone(), carrier.clone(), votes, unsent);
+            let (delivery, unsent) = gathering.gather();
+            let flying = fly(self.clone(), carrier.clone(), delivery, unsent);
             let mut flight = Flight(Some(Box::pin(flying)));
             if let Some(flying) = flight.0.as_mut() {
                 flying.await;
             }
             flight.0 = None;
         }
-        landed.await.unwrap_or_else(|_| {
+        flock.reply(place).await.unwrap_or_else(|| {
             Err(RedisError::from((
                 ErrorKind::Io,
                 "the batch carrying this vote was dropped before it landed: its leader's call \
@@ -272,21 +273,23 @@ struct Gathering<'a, C: Carrier> {
 impl<C: Carrier> Gathering<'_, C> {
     /// The votes gathered: the batch, closed to new votes, and unsent
     /// until the [`Unsent`] that comes with it is dropped.
-    fn gather(&mut self) -> (Vec<Vote>, Unsent) {
+    fn gather(&mut self) -> (Delivery<Vote, Result<Landed, RedisError>>, Unsent) {
         self.gathered = true;
-        let votes = tasks::lock(&self.batches.gathering)
-            .take()
-            .unwrap_or_default();
-        (votes, Unsent(self.batches.clone(), self.number))
+        let flock = tasks::lock(&self.batches.gathering).take();
+        let flock = flock.unwrap_or_else(|| Landing::new(0));
+        (
+            Delivery::of(flock),
+            Unsent(self.batches.clone(), self.number),
+        )
     }
 }
 
 impl<C: Carrier> Drop for Gathering<'_, C> {
     fn drop(&mut self) {
         if !self.gathered {
-            let (votes, unsent) = self.gather();
-            let flight = fly(self.batches.clone(), self.carrier.clone(), votes, unsent);
-            // Outside a runtime the votes' senders drop with it: each vote
+            let (delivery, unsent) = self.gather();
+            let flight = fly(self.batches.clone(), self.carrier.clone(), delivery, unsent);
+            // Outside a runtime its delivery drops with it: each vote
             // fails, none waits.
             tasks::spawn(flight);
         }
@@ -300,7 +303,7 @@ struct Flight(Option<BoxFuture<'static, ()>>);
 impl Drop for Flight {
     fn drop(&mut self) {
         if let Some(flying) = self.0.take() {
-            // Outside a runtime the votes' senders drop with it: each vote
+            // Outside a runtime its delivery drops with it: each vote
             // fails, none waits.
             tasks::spawn(flying);
         }
@@ -355,7 +358,13 @@ impl Drop for Unsent {
 /// Sends the batch of `votes` on `carrier` with the witness at its end,
 /// and hands each vote its replies; `unsent` is dropped once the pipeline
 /// is handed to the connection (the first poll of its request).
-async fn fly<C: Carrier>(batches: Arc<Batches>, carrier: C, mut votes: Vec<Vote>, unsent: Unsent) {
+async fn fly<C: Carrier>(
+    batches: Arc<Batches>,
+    carrier: C,
+    delivery: Delivery<Vote, Result<Landed, RedisError>>,
+    unsent: Unsent,
+) {
+    let mut votes = delivery.take_votes();
     if votes.is_empty() {
         return;
     }
@@ -370,7 +379,7 @@ async fn fly<C: Carrier>(batches: Arc<Batches>, carrier: C, mut votes: Vec<Vote>
     };
     let mut waiting = Vec::with_capacity(votes.len());
     for vote in votes {
-        waiting.push((vote.commands.len(), vote.reply));
+        waiting.push(vote.commands.len());
         let Commands(first, then) = vote.commands;
         pipeline.add_command(first);
         for then in then {
@@ -404,7 +413,7 @@ async fn fly<C: Carrier>(batches: Arc<Batches>, carrier: C, mut votes: Vec<Vote>
         sent,
         received,
     };
-    land(&batches.judge, waiting, replies, read);
+    land(&batches.judge, &waiting, delivery, replies, read);
 }
 
 /// How a batch read the node's witness (`shape`): the clock by
@@ -429,22 +438,24 @@ impl Read {
     }
 }
 
-/// Hands each of the `waiting` votes (with how many commands each sent)
-/// its share of `replies`, and the verdict of the clock reading at their end.
+/// Hands each of the votes (`waiting`: how many commands each sent, in
+/// their places' order) its share of `replies`, and the verdict of the
+/// clock reading at their end.
 fn land(
     judge: &Judge,
-    waiting: Vec<(usize, oneshot::Sender<Result<Landed, RedisError>>)>,
+    waiting: &[usize],
+    delivery: Delivery<Vote, Result<Landed, RedisError>>,
     replies: Result<Value, RedisError>,
     read: Read,
 ) {
-    let commands = waiting.iter().map(|(count, _)| count).sum::<usize>();
+    let commands = waiting.iter().sum::<usize>();
     let mut replies = match replies {
         Ok(Value::Array(replies)) if replies.len() == commands + read.shape.len() => replies,
         Ok(_) => {
             let err = RedisError::from((ErrorKind::Parse, "a batch's replies do not match it"));
-            return fail(waiting, &err);
+            return delivery.deliver(waiting.iter().map(|_| Err(err.clone())));
         }
-        Err(err) => return fail(waiting, &err),
+        Err(err) => return delivery.deliver(waiting.iter().map(|_| Err(err.clone()))),
     };
     let (clock, mark) = read.shape.take(&mut replies);
     let witnessed = Witnessed {
@@ -454,23 +465,14 @@ fn land(
     let judged = witnessed.any().then(|| judge(&witnessed));
     let reading = witnessed.reading;
     let mut replies = replies.into_iter();
-    for (count, reply) in waiting {
-        let own = own(&mut replies, count);
-        let landed = own.map(|reply| Landed {
+    // A vote whose caller went away leaves its reply unread.
+    delivery.deliver(waiting.iter().map(|&count| {
+        own(&mut replies, count).map(|reply| Landed {
             reply,
             judged: judged.clone(),
             reading,
-        });
-        // A vote whose caller went away needs no reply.
-        let _ = reply.send(landed);
-    }
-}
-
-/// Every vote's reply: `err`.
-fn fail(waiting: Vec<(usize, oneshot::Sender<Result<Landed, RedisError>>)>, err: &RedisError) {
-    for (_, reply) in waiting {
-        let _ = reply.send(Err(err.clone()));
-    }
+        })
+    }));
 }
 
 /// One vote's reply, from the next `count` of `replies`: the first server

@@ -256,8 +256,9 @@
 //! 8. `node/`: one node (`mod.rs`): what each request sends (`wire.rs`),
 //!    the exchange with its fallbacks (`exchange.rs`), the commands alone,
 //!    pipelined or batched (`send.rs`, with `batch.rs`: a node's votes in
-//!    one pipeline with one witness, and `witness.rs`: what a vote reads
-//!    of the node after its grant, its data mark and its clock), the reply
+//!    one pipeline with one witness, whose votes wait for their replies in
+//!    its `landing.rs`, and `witness.rs`: what a vote reads of the node
+//!    after its grant, its data mark and its clock), the reply
 //!    read as an answer (`reply.rs`), the probe of a node that timed out
 //!    (`probe.rs`).
 //!    Below it: `target/`, where a node is (`mod.rs`: an address;
@@ -310,6 +311,7 @@ mod batch;
 mod changes;
 mod clock;
 mod cluster;
+mod landing;
 mod meter;
 mod quorum;
 mod tasks;
