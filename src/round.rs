@@ -74,8 +74,57 @@ pub(crate) enum Until {
 /// call a waker of its own (`FuturesUnordered`: one more allocation per call,
 /// two per node per lock + unlock cycle).
 struct Calls {
-    slots: Vec<Option<BoxFuture<'static, Answer>>>,
+    slots: PerNode<Option<BoxFuture<'static, Answer>>>,
     left: usize,
+}
+
+/// A round's storage per node, in node order: inline for one node (the
+/// single-node lock allocates nothing for it per round), else boxed.
+enum PerNode<T> {
+    One([T; 1]),
+    Many(Box<[T]>),
+}
+
+impl<T> PerNode<T> {
+    /// The `items`, one per node.
+    fn of(mut items: impl ExactSizeIterator<Item = T>) -> Self {
+        match (items.len(), items.next()) {
+            (1, Some(item)) => PerNode::One([item]),
+            (_, first) => PerNode::Many(first.into_iter().chain(items).collect()),
+        }
+    }
+
+    /// None, for a round left without it.
+    fn none() -> Self {
+        PerNode::Many(Box::default())
+    }
+
+    /// The items, as a vector (leaving none).
+    fn take(&mut self) -> Vec<T> {
+        match std::mem::replace(self, PerNode::none()) {
+            PerNode::One(items) => items.into(),
+            PerNode::Many(items) => items.into_vec(),
+        }
+    }
+}
+
+impl<T> std::ops::Deref for PerNode<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match self {
+            PerNode::One(items) => items,
+            PerNode::Many(items) => items,
+        }
+    }
+}
+
+impl<T> std::ops::DerefMut for PerNode<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        match self {
+            PerNode::One(items) => items,
+            PerNode::Many(items) => items,
+        }
+    }
 }
 
 impl Calls {
@@ -124,7 +173,7 @@ pub(crate) struct Round {
     pub(crate) votes: Votes,
     /// Each node's answer so far, by index (`None`: not yet). A grant that
     /// did not count is still a grant here, so that a release reaches it.
-    answers: Vec<Option<Answer>>,
+    answers: PerNode<Option<Answer>>,
     /// The last error a node answered with, if any.
     last_error: Option<NodeError>,
     pending: Calls,
@@ -158,12 +207,12 @@ impl Round {
     ) -> Round {
         let nodes = calls.len();
         let pending = Calls {
-            slots: calls.map(Some).collect(),
+            slots: PerNode::of(calls.map(Some)),
             left: nodes,
         };
         Round {
             votes: Votes::new(nodes),
-            answers: vec![None; nodes],
+            answers: PerNode::of((0..nodes).map(|_| None)),
             last_error: None,
             pending,
             background: background.clone(),
@@ -177,7 +226,7 @@ impl Round {
     /// Takes each node's answer so far, by index (`None`: not yet), for a
     /// round that is over.
     pub(crate) fn take_answers(&mut self) -> Vec<Option<Answer>> {
-        std::mem::take(&mut self.answers)
+        self.answers.take()
     }
 
     /// The nodes whose answer so far passes `test`.
@@ -201,7 +250,7 @@ impl Round {
         std::mem::replace(
             &mut self.pending,
             Calls {
-                slots: Vec::new(),
+                slots: PerNode::none(),
                 left: 0,
             },
         )
@@ -214,7 +263,7 @@ impl Round {
     pub(crate) fn finish_later(
         &mut self,
     ) -> impl Future<Output = Vec<Option<Answer>>> + Send + 'static {
-        let mut answers = self.answers.clone();
+        let mut answers = self.answers.to_vec();
         let pending = self.take_calls();
         async move {
             pending
@@ -374,7 +423,7 @@ impl Round {
     pub(crate) fn tickets(&self) -> (Option<u64>, bool) {
         let mut highest: Option<u64> = None;
         let mut agree = true;
-        for answer in &self.answers {
+        for answer in self.answers.iter() {
             if let Some(Answer::Refused(Some(ticket))) = answer {
                 agree &= highest.is_none_or(|high| high == *ticket);
                 highest = Some(highest.map_or(*ticket, |high| high.max(*ticket)));
@@ -413,7 +462,7 @@ impl std::fmt::Debug for Round {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Round")
             .field("votes", &self.votes)
-            .field("answers", &self.answers)
+            .field("answers", &&*self.answers)
             .field("pending", &self.pending.left)
             .finish()
     }
