@@ -67,14 +67,14 @@ impl LockGuard {
     pub(crate) fn acquired(
         engine: Arc<Engine>,
         lock: LockId,
-        lease: Lease,
+        lease: Arc<Lease>,
         reached: Reached,
         fencing_token: Option<u64>,
     ) -> Self {
         LockGuard {
             engine,
             lock,
-            lease: Arc::new(lease),
+            lease,
             armed: true,
             fencing_token,
             reached,

@@ -119,7 +119,7 @@ impl Acquisition<'_> {
                 && self.ttl.validity_after(in_flight.decided_after).is_some();
             let fence_failure = if won {
                 match self.fence(&mut in_flight).await {
-                    Ok(fencing_token) => return Ok(self.won(in_flight, fencing_token)),
+                    Ok(fencing_token) => return Ok(self.won(&mut in_flight, fencing_token)),
                     Err(failure) => Some(failure),
                 }
             } else {
@@ -325,7 +325,11 @@ impl Acquisition<'_> {
 
     /// The round won: a waiter that joined the queue leaves it where its
     /// entry may remain, and a guard takes over the keys.
-    pub(super) fn won(&mut self, mut in_flight: InFlight, fencing_token: Option<u64>) -> LockGuard {
+    pub(super) fn won(
+        &mut self,
+        in_flight: &mut InFlight,
+        fencing_token: Option<u64>,
+    ) -> LockGuard {
         if let Some(waiting) = self.waiting.take().filter(|waiting| waiting.joined) {
             waiting.won(in_flight.round.finish_later());
         }
@@ -338,7 +342,12 @@ impl Acquisition<'_> {
         LockGuard::acquired(
             self.engine.clone(),
             in_flight.lock.clone(),
-            Lease::new(self.ttl, in_flight.start, self.meter.clone(), holding),
+            Arc::new(Lease::new(
+                self.ttl,
+                in_flight.start,
+                self.meter.clone(),
+                holding,
+            )),
             in_flight.round.reached(),
             fencing_token,
         )
