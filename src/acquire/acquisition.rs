@@ -111,6 +111,11 @@ pub(super) struct Acquisition<'a> {
 
 impl Acquisition<'_> {
     /// Attempts until one wins or the patience ends.
+    ///
+    /// The steps after a lost round are boxed: each is larger than a round
+    /// (the clean-up, with its release, nearly twice), and unboxed they
+    /// would make every call's future, moved and kept by every caller, that
+    /// much larger for what only a lost round runs.
     pub(super) async fn run(mut self) -> Result<LockGuard> {
         loop {
             self.attempt = self.attempt.saturating_add(1);
@@ -125,8 +130,8 @@ impl Acquisition<'_> {
             } else {
                 None
             };
-            let error = self.clean_up(&mut in_flight, fence_failure).await;
-            self.pause(error).await?;
+            let error = Box::pin(self.clean_up(&mut in_flight, fence_failure)).await;
+            Box::pin(self.pause(error)).await?;
         }
     }
 
