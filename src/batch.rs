@@ -355,9 +355,10 @@ impl Drop for Unsent {
     }
 }
 
-/// Sends the batch of `votes` on `carrier` with the witness at its end,
-/// and hands each vote its replies; `unsent` is dropped once the pipeline
-/// is handed to the connection (the first poll of its request).
+/// Sends the batch (the votes that joined `delivery`'s landing) on
+/// `carrier` with the witness at its end, and hands each vote its replies
+/// there; `unsent` is dropped once the pipeline is handed to the
+/// connection (the first poll of its request).
 async fn fly<C: Carrier>(
     batches: Arc<Batches>,
     carrier: C,

@@ -112,10 +112,11 @@ pub(super) struct Acquisition<'a> {
 impl Acquisition<'_> {
     /// Attempts until one wins or the patience ends.
     ///
-    /// The steps after a lost round are boxed: each is larger than a round
-    /// (the clean-up, with its release, nearly twice), and unboxed they
-    /// would make every call's future, moved and kept by every caller, that
-    /// much larger for what only a lost round runs.
+    /// The steps after a lost round are boxed: the clean-up, with its
+    /// release, is nearly twice a round's size and the pause about as
+    /// large, and unboxed they would make every call's future, moved and
+    /// kept by every caller, that much larger for what only a lost round
+    /// runs.
     pub(super) async fn run(mut self) -> Result<LockGuard> {
         loop {
             self.attempt = self.attempt.saturating_add(1);
