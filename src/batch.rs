@@ -61,7 +61,6 @@ use std::task::Poll;
 use std::time::Instant;
 
 use futures::future::BoxFuture;
-use redis::aio::MultiplexedConnection;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, Value};
 use tokio::sync::Notify;
 
@@ -84,11 +83,6 @@ pub(crate) trait Carrier: Clone + Send + 'static {
     ) -> impl Future<Output = Result<Value, RedisError>> + Send + 'static;
 }
 
-impl Carrier for MultiplexedConnection {
-    async fn carry(mut self, pipeline: Pipeline) -> Result<Value, RedisError> {
-        pipeline.query_async(&mut self).await
-    }
-}
 
 /// One node's batches of timed votes.
 pub(crate) struct Batches {

@@ -33,16 +33,17 @@
 use std::sync::Arc;
 
 use futures::FutureExt;
-use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
 
 use crate::cluster::{self, Topology};
+use crate::connection::Server;
 
 /// A node's connection (see the module docs).
 #[derive(Clone)]
 pub(crate) enum Connection {
     /// To one server.
-    One(MultiplexedConnection),
+    One(Server),
     /// To every primary of a cluster.
     Cluster(Arc<Shards>),
 }
@@ -56,7 +57,7 @@ pub(crate) type Stale = Box<dyn Fn() + Send + Sync>;
 pub(crate) struct Shards {
     topology: Topology,
     /// Per primary of the topology, in its order.
-    connections: Vec<MultiplexedConnection>,
+    connections: Vec<Server>,
     stale: Stale,
 }
 
@@ -65,7 +66,7 @@ impl Shards {
     /// primaries (in its order).
     pub(crate) fn new(
         topology: Topology,
-        connections: Vec<MultiplexedConnection>,
+        connections: Vec<Server>,
         stale: Stale,
     ) -> Self {
         Shards {
@@ -79,7 +80,7 @@ impl Shards {
 impl Connection {
     /// Every server of the connection with its address: the one, or every
     /// primary.
-    pub(crate) fn servers(&self) -> Vec<(Option<String>, MultiplexedConnection)> {
+    pub(crate) fn servers(&self) -> Vec<(Option<String>, Server)> {
         match self {
             Connection::One(connection) => vec![(None, connection.clone())],
             Connection::Cluster(shards) => shards
@@ -147,7 +148,7 @@ fn is_moved(reply: &Value) -> bool {
 
 impl Shards {
     /// The connection to the primary of `key`'s slot.
-    fn route(&self, key: &[u8]) -> Result<MultiplexedConnection, RedisError> {
+    fn route(&self, key: &[u8]) -> Result<Server, RedisError> {
         let slot = cluster::slot(key);
         match self.topology.primary_of(slot) {
             Some(index) => Ok(self.connections[index].clone()),
@@ -304,7 +305,7 @@ impl Shards {
     /// acknowledged on every primary), else the first.
     async fn everywhere<F, Fut>(&self, call: F) -> Result<Value, RedisError>
     where
-        F: Fn(MultiplexedConnection) -> Fut,
+        F: Fn(Server) -> Fut,
         Fut: std::future::Future<Output = Result<Value, RedisError>>,
     {
         let replies =

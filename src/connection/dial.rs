@@ -9,6 +9,8 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisError};
 
 use super::coalescing::{Coalescing, Driver, Traffic};
+use super::pipelined::{self, Pipelined};
+use super::server::Server;
 use crate::answer::NodeErrorKind;
 use crate::shards::{Connection, Shards};
 use crate::target::ClusterSeeds;
@@ -60,38 +62,46 @@ pub(super) async fn connect_cluster(
     ))))
 }
 
-/// A multiplexed connection to `client`'s server, its driver task spawned
-/// here, [`Coalescing`], for a `redis://` or `unix://` node; a `rediss://`
-/// node's through the `redis` crate, which spawns its driver itself.
+/// A connection to `client`'s server, its driver task spawned here behind
+/// [`Coalescing`]: quorlock's own ([`Pipelined`]) for a `redis://` or
+/// `unix://` node that speaks RESP2, with the handshake the `redis` crate
+/// makes (`AUTH`, `SELECT`, the library's name); the `redis` crate's
+/// multiplexed connection for a `rediss://` node (which that crate
+/// connects, spawning its driver itself) or one configured for RESP3.
 ///
-/// The same connection the `redis` crate makes: a client built from a URL
-/// has the default TCP settings, of which only `TCP_NODELAY` (off) applies
-/// to a plain socket, and the handshake (`AUTH`, `SELECT`, the protocol) is
-/// the crate's own, in `MultiplexedConnection::new_with_config`.
-/// `closed` runs when the driver of such a connection ends (a `rediss://`
-/// connection's end is seen only by the next call on it).
+/// Of the `redis` crate's default TCP settings only `TCP_NODELAY` (off)
+/// applies to a plain socket; it is kept. `closed` runs when the driver
+/// of a connection spawned here ends (a `rediss://` connection's end is
+/// seen only by the next call on it).
 pub(super) async fn connect(
     client: &Client,
     config: &AsyncConnectionConfig,
     traffic: Arc<Traffic>,
     closed: impl FnOnce() + Send + 'static,
-) -> Result<MultiplexedConnection, RedisError> {
+) -> Result<Server, RedisError> {
     let info = client.get_connection_info();
+    let settings = info.redis_settings();
+    let resp2 = !settings.protocol().supports_resp3();
     let (connection, driver) = match info.addr() {
         ConnectionAddr::Tcp(host, port) => {
             let stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
             stream.set_nodelay(info.tcp_settings().nodelay())?;
-            multiplexed(info, stream, config).await?
+            match resp2 {
+                true => own(stream, settings.db()),
+                false => redis_crate(settings, stream, config).await?,
+            }
         }
         #[cfg(unix)]
         ConnectionAddr::Unix(path) => {
             let stream = tokio::net::UnixStream::connect(path).await?;
-            multiplexed(info, stream, config).await?
+            match resp2 {
+                true => own(stream, settings.db()),
+                false => redis_crate(settings, stream, config).await?,
+            }
         }
         _ => {
-            return client
-                .get_multiplexed_async_connection_with_config(config)
-                .await;
+            let connection = client.get_multiplexed_async_connection_with_config(config);
+            return Ok(Server::Redis(connection.await?));
         }
     };
     // The attempt runs as a task: a runtime is there.
@@ -102,21 +112,33 @@ pub(super) async fn connect(
     if !crate::tasks::spawn(driven) {
         return Err(std::io::Error::other("no tokio runtime to run the connection on").into());
     }
+    if let Server::Own(connection) = &connection {
+        pipelined::handshake(&mut connection.clone(), settings).await?;
+    }
     Ok(connection)
+}
+
+/// quorlock's own connection over `stream` to database `db`, and its
+/// driver, not yet spawned (nor the handshake made).
+fn own<S>(stream: S, db: i64) -> (Server, Driver)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (connection, driver) = Pipelined::new(stream, db);
+    (Server::Own(connection), driver)
 }
 
 /// The `redis` crate's multiplexed connection over `stream` (its handshake
 /// with the node included), and its driver, not yet spawned.
-pub(super) async fn multiplexed<S>(
-    info: &redis::ConnectionInfo,
+async fn redis_crate<S>(
+    settings: &redis::RedisConnectionInfo,
     stream: S,
     config: &AsyncConnectionConfig,
-) -> Result<(MultiplexedConnection, Driver), RedisError>
+) -> Result<(Server, Driver), RedisError>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let (connection, driver) =
-        MultiplexedConnection::new_with_config(info.redis_settings(), stream, config.clone())
-            .await?;
-    Ok((connection, Box::pin(driver)))
+        MultiplexedConnection::new_with_config(settings, stream, config.clone()).await?;
+    Ok((Server::Redis(connection), Box::pin(driver)))
 }

@@ -58,6 +58,10 @@
 mod coalescing;
 mod dial;
 mod link;
+mod pipelined;
+mod resp;
+mod server;
 
 pub(crate) use crate::shards::Connection;
 pub(crate) use link::{Check, Link, is_broken};
+pub(crate) use server::Server;

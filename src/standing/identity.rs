@@ -147,7 +147,7 @@ fn no_failure(answers: &[RedisResult<Value>], scripts: usize) -> Result<(), Redi
 
 /// One server's identity, read with the check's round trip.
 pub(super) async fn read_server(
-    connection: &mut redis::aio::MultiplexedConnection,
+    connection: &mut crate::connection::Server,
     asked: &CheckAsk<'_>,
 ) -> Result<Identity, RedisError> {
     let pipe = check_pipeline(asked);
