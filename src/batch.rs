@@ -83,6 +83,11 @@ pub(crate) trait Carrier: Clone + Send + 'static {
     ) -> impl Future<Output = Result<Value, RedisError>> + Send + 'static;
 }
 
+impl Carrier for crate::connection::server::Server {
+    async fn carry(mut self, pipeline: Pipeline) -> Result<Value, RedisError> {
+        pipeline.query_async(&mut self).await
+    }
+}
 
 /// One node's batches of timed votes.
 pub(crate) struct Batches {

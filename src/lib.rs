@@ -265,7 +265,9 @@
 //!    `sentinel.rs`: a Sentinel-managed primary; `cluster_seeds.rs`: a
 //!    cluster's seed nodes; `first_answer.rs`: asking several at once);
 //!    `connection/`, its connection (`link.rs`: the link and its states;
-//!    `dial.rs`: one attempt; `coalescing.rs`: coalesced writes);
+//!    `dial.rs`: one attempt; `server.rs`: one server's connection, our own
+//!    (`pipelined.rs`, with the RESP2 reader `resp.rs`) or the `redis`
+//!    crate's; `coalescing.rs`: coalesced writes);
 //!    `shards.rs`, that connection to one server or to every primary of a
 //!    cluster; `cluster.rs`, slots and hash tags.
 //! 9. `standing/`: whose votes count ([`NotCounted`]) and the check every

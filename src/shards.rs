@@ -37,7 +37,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, ServerErrorKind, Value};
 
 use crate::cluster::{self, Topology};
-use crate::connection::Server;
+use crate::connection::server::Server;
 
 /// A node's connection (see the module docs).
 #[derive(Clone)]
@@ -64,11 +64,7 @@ pub(crate) struct Shards {
 impl Shards {
     /// The cluster as `topology` tells it, with a connection to each of its
     /// primaries (in its order).
-    pub(crate) fn new(
-        topology: Topology,
-        connections: Vec<Server>,
-        stale: Stale,
-    ) -> Self {
+    pub(crate) fn new(topology: Topology, connections: Vec<Server>, stale: Stale) -> Self {
         Shards {
             topology,
             connections,

@@ -9,7 +9,8 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisError};
 
 use super::coalescing::{Coalescing, Driver, Traffic};
-use super::pipelined::{self, Pipelined};
+use super::handshake;
+use super::pipelined::Pipelined;
 use super::server::Server;
 use crate::answer::NodeErrorKind;
 use crate::shards::{Connection, Shards};
@@ -113,7 +114,7 @@ pub(super) async fn connect(
         return Err(std::io::Error::other("no tokio runtime to run the connection on").into());
     }
     if let Server::Own(connection) = &connection {
-        pipelined::handshake(&mut connection.clone(), settings).await?;
+        handshake::handshake(&mut connection.clone(), settings).await?;
     }
     Ok(connection)
 }

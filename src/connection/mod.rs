@@ -1,5 +1,9 @@
 //! One node's connection: a multiplexed connection shared by every call,
-//! created on first use and replaced when it breaks.
+//! created on first use and replaced when it breaks. To a `redis://` or
+//! `unix://` server it is quorlock's own (`pipelined.rs`: RESP2, the same
+//! handshake, the `redis` crate's command and reply types, less work per
+//! call); to a `rediss://` server, or one configured for RESP3, the
+//! `redis` crate's (`server.rs`).
 //!
 //! - **Checked before use.** Connecting ends with the node's check (see
 //!   `standing/`): a connection is handed to calls only after the check
@@ -31,9 +35,9 @@
 //!   driver with it), a drop guard leaves the link idle, so the next call, on
 //!   whatever runtime, connects again instead of failing on a dead
 //!   connection. Nor does an attempt cut short that way stay "connecting".
-//! - **Writes coalesced.** The connection's driver task (the `redis`
-//!   crate's: it writes the commands that calls queue on the connection and
-//!   hands the replies back) is spawned here, for `redis://` and `unix://`
+//! - **Writes coalesced.** The connection's driver task (it writes the
+//!   commands that calls queue on the connection and hands the replies
+//!   back) is spawned here, for `redis://` and `unix://`
 //!   nodes, behind [`Coalescing`](coalescing::Coalescing): woken while other calls are under way on
 //!   the link, it lets the tasks already waiting on its worker run first (up
 //!   to [`BATCH`](coalescing::BATCH) more calls), so that the commands they queue go out in one
@@ -52,16 +56,19 @@
 //! `link.rs`, the link ([`Link`]): its states, one attempt at a time, the
 //! pause after a failure, the replacement of a broken connection; `dial.rs`,
 //! one attempt: a server's connection, or every primary of a cluster;
+//! `server.rs`, one server's connection, quorlock's own (`pipelined.rs`,
+//! reading replies with `resp.rs`, its handshake in `handshake.rs`) or the
+//! `redis` crate's;
 //! `coalescing.rs`, the driver that lets the calls under way queue before
 //! it writes.
 
 mod coalescing;
 mod dial;
+mod handshake;
 mod link;
 mod pipelined;
 mod resp;
-mod server;
+pub(crate) mod server;
 
 pub(crate) use crate::shards::Connection;
 pub(crate) use link::{Check, Link, is_broken};
-pub(crate) use server::Server;

@@ -54,7 +54,10 @@ fn bulk(buf: &[u8], at: usize, len: i64) -> Result<Option<(Value, usize)>, Malfo
         return Ok(Some((Value::Nil, at)));
     }
     let len = usize::try_from(len).map_err(|_| Malformed("a length out of range"))?;
-    let Some(end) = at.checked_add(len).filter(|end| end.checked_add(2).is_some()) else {
+    let Some(end) = at
+        .checked_add(len)
+        .filter(|end| end.checked_add(2).is_some())
+    else {
         return Err(Malformed("a length out of range"));
     };
     match buf.get(end..end + 2) {
@@ -196,7 +199,11 @@ mod tests {
             b"%1\r\n",
         ];
         for bytes in refused {
-            assert!(reply(bytes, 0).is_err(), "{}", String::from_utf8_lossy(bytes));
+            assert!(
+                reply(bytes, 0).is_err(),
+                "{}",
+                String::from_utf8_lossy(bytes)
+            );
         }
         // A huge claimed length waits for its bytes.
         assert_eq!(reply(b"*2147483647\r\n:1\r\n", 0), Ok(None));

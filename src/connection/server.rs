@@ -2,10 +2,9 @@
 //! speaking RESP2 (`pipelined.rs`), the `redis` crate's for TLS and RESP3.
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use super::pipelined::Pipelined;
-use crate::batch::Carrier;
 
 /// A connection to one server, shared by every call (clones share it).
 #[derive(Clone, Debug)]
@@ -41,11 +40,5 @@ impl ConnectionLike for Server {
             Server::Own(connection) => connection.get_db(),
             Server::Redis(connection) => connection.get_db(),
         }
-    }
-}
-
-impl Carrier for Server {
-    async fn carry(mut self, pipeline: Pipeline) -> Result<Value, RedisError> {
-        pipeline.query_async(&mut self).await
     }
 }

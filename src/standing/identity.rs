@@ -147,7 +147,7 @@ fn no_failure(answers: &[RedisResult<Value>], scripts: usize) -> Result<(), Redi
 
 /// One server's identity, read with the check's round trip.
 pub(super) async fn read_server(
-    connection: &mut crate::connection::Server,
+    connection: &mut crate::connection::server::Server,
     asked: &CheckAsk<'_>,
 ) -> Result<Identity, RedisError> {
     let pipe = check_pipeline(asked);
