@@ -38,6 +38,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
@@ -121,7 +122,13 @@ struct State {
     driver: Option<Waker>,
     /// Why the connection ended, once it has.
     ended: Option<(io::ErrorKind, Arc<str>)>,
-    handles: usize,
+}
+
+/// The state and the number of handles (counted apart: a call clones its
+/// handle, and must not take the lock for it).
+struct Shared {
+    state: Mutex<State>,
+    handles: AtomicUsize,
 }
 
 /// The error a call gets from a connection that ended: an I/O error of a
@@ -135,7 +142,7 @@ fn ended_error(kind: io::ErrorKind, why: &str) -> RedisError {
 
 /// A handle of a connection; clones share it.
 pub(crate) struct Pipelined {
-    state: Arc<Mutex<State>>,
+    shared: Arc<Shared>,
     db: i64,
 }
 
@@ -147,9 +154,9 @@ impl std::fmt::Debug for Pipelined {
 
 impl Clone for Pipelined {
     fn clone(&self) -> Self {
-        tasks::lock(&self.state).handles += 1;
+        self.shared.handles.fetch_add(1, Ordering::Relaxed);
         Pipelined {
-            state: self.state.clone(),
+            shared: self.shared.clone(),
             db: self.db,
         }
     }
@@ -157,12 +164,12 @@ impl Clone for Pipelined {
 
 impl Drop for Pipelined {
     fn drop(&mut self) {
-        let mut state = tasks::lock(&self.state);
-        state.handles -= 1;
-        let driver = (state.handles == 0).then(|| state.driver.take()).flatten();
-        drop(state);
-        if let Some(driver) = driver {
-            driver.wake();
+        if self.shared.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // The last handle: the driver ends once no reply is owed.
+            let driver = tasks::lock(&self.shared.state).driver.take();
+            if let Some(driver) = driver {
+                driver.wake();
+            }
         }
     }
 }
@@ -175,15 +182,17 @@ impl Pipelined {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let state = Arc::new(Mutex::new(State {
-            out: Vec::new(),
-            owed: VecDeque::new(),
-            driver: None,
-            ended: None,
-            handles: 1,
-        }));
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                out: Vec::new(),
+                owed: VecDeque::new(),
+                driver: None,
+                ended: None,
+            }),
+            handles: AtomicUsize::new(1),
+        });
         let drive = Drive {
-            state: state.clone(),
+            shared: shared.clone(),
             stream,
             writing: Vec::new(),
             written: 0,
@@ -191,7 +200,7 @@ impl Pipelined {
             filled: 0,
             answered: Vec::new(),
         };
-        (Pipelined { state, db }, Box::pin(drive))
+        (Pipelined { shared, db }, Box::pin(drive))
     }
 
     /// Queues the commands that `encode` writes, whose replies are
@@ -202,7 +211,7 @@ impl Pipelined {
             slot.fill(Ok(Got::Many(Vec::new())));
             return Reply(slot);
         }
-        let mut state = tasks::lock(&self.state);
+        let mut state = tasks::lock(&self.shared.state);
         if let Some((kind, why)) = &state.ended {
             let err = ended_error(*kind, why);
             drop(state);
@@ -247,7 +256,7 @@ impl Future for Reply {
 
 impl ConnectionLike for Pipelined {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        let reply = self.call(0, 1, |out| cmd.write_packed_command(out));
+        let reply = self.call(0, 1, |out| resp::write(cmd, out));
         Box::pin(async move {
             match reply.await? {
                 Got::One(value) => Ok(value),
@@ -267,7 +276,7 @@ impl ConnectionLike for Pipelined {
                 out.extend_from_slice(&pipeline.get_packed_pipeline());
             } else {
                 for cmd in pipeline.cmd_iter() {
-                    cmd.write_packed_command(out);
+                    resp::write(cmd, out);
                 }
             }
         });
@@ -287,7 +296,7 @@ impl ConnectionLike for Pipelined {
 /// The connection's driver: writes what the calls queued, reads the
 /// replies and hands each call its own.
 struct Drive<S> {
-    state: Arc<Mutex<State>>,
+    shared: Arc<Shared>,
     stream: S,
     /// Bytes being written, from `written` on.
     writing: Vec<u8>,
@@ -315,7 +324,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Drive<S> {
             | io::ErrorKind::NotConnected => kind,
             _ => io::ErrorKind::ConnectionAborted,
         };
-        end(&self.state, kind, why);
+        end(&self.shared.state, kind, why);
         Poll::Ready(())
     }
 
@@ -325,7 +334,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Drive<S> {
             if self.written == self.writing.len() {
                 self.writing.clear();
                 self.written = 0;
-                std::mem::swap(&mut self.writing, &mut tasks::lock(&self.state).out);
+                std::mem::swap(&mut self.writing, &mut tasks::lock(&self.shared.state).out);
                 if self.writing.is_empty() {
                     return Ok(());
                 }
@@ -360,7 +369,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Drive<S> {
     /// Hands each complete reply read to the call it belongs to.
     fn hand_out(&mut self) -> Result<(), &'static str> {
         let mut at = 0;
-        let mut state = tasks::lock(&self.state);
+        let mut state = tasks::lock(&self.shared.state);
         let outcome = loop {
             let (reply, next) = match resp::reply(&self.read[..self.filled], at) {
                 Ok(Some(read)) => read,
@@ -393,8 +402,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Future for Drive<S> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
         {
-            let mut state = tasks::lock(&this.state);
-            if state.handles == 0 && state.owed.is_empty() {
+            let mut state = tasks::lock(&this.shared.state);
+            if this.shared.handles.load(Ordering::Acquire) == 0 && state.owed.is_empty() {
                 return Poll::Ready(());
             }
             match &state.driver {
@@ -413,8 +422,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Future for Drive<S> {
         if let Err(why) = this.hand_out() {
             return this.end(io::ErrorKind::ConnectionAborted, why);
         }
-        let state = tasks::lock(&this.state);
-        if state.handles == 0 && state.owed.is_empty() {
+        let state = tasks::lock(&this.shared.state);
+        if this.shared.handles.load(Ordering::Acquire) == 0 && state.owed.is_empty() {
             return Poll::Ready(());
         }
         // Pending: the socket wakes it when it can read or write more, a
@@ -428,9 +437,9 @@ impl<S> Drop for Drive<S> {
     /// calls still owed replies, and every later call, instead of leaving
     /// them to wait.
     fn drop(&mut self) {
-        if tasks::lock(&self.state).ended.is_none() {
+        if tasks::lock(&self.shared.state).ended.is_none() {
             let why = "its driver stopped (its runtime shut down)";
-            end(&self.state, io::ErrorKind::BrokenPipe, why);
+            end(&self.shared.state, io::ErrorKind::BrokenPipe, why);
         }
     }
 }

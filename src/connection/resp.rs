@@ -1,4 +1,6 @@
-//! The replies of a server that speaks RESP2 (the protocol every Redis and
+//! RESP2 on quorlock's own connection: commands written as the `redis`
+//! crate writes them ([`write`]), in one pass, and the replies of a server
+//! that speaks RESP2 (the protocol every Redis and
 //! Valkey speaks until a client asks for another with `HELLO 3`), read into
 //! the `redis` crate's [`Value`] as that crate reads them: `+OK` as
 //! [`Value::Okay`], other simple strings as [`Value::SimpleString`], errors
@@ -11,7 +13,48 @@
 //! are there, and nesting deeper than [`MAX_DEPTH`] is refused (a quorlock
 //! command's reply nests two deep at most).
 
-use redis::Value;
+use redis::{Arg, Cmd, Value};
+
+/// Appends `cmd` to `out` as the `redis` crate packs it (`*` and the
+/// number of arguments, then each as a bulk string), in one pass.
+pub(super) fn write(cmd: &Cmd, out: &mut Vec<u8>) {
+    let mut count = 0;
+    for arg in cmd.args_iter() {
+        match arg {
+            Arg::Simple(_) => count += 1,
+            // A cursor's command (none of ours), or a kind of argument
+            // newer than this code: the crate packs it.
+            _ => return cmd.write_packed_command(out),
+        }
+    }
+    out.push(b'*');
+    decimal(count, out);
+    for arg in cmd.args_iter() {
+        if let Arg::Simple(bytes) = arg {
+            out.push(b'$');
+            decimal(bytes.len(), out);
+            out.extend_from_slice(bytes);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
+/// Appends `number` in decimal and `\r\n`.
+fn decimal(number: usize, out: &mut Vec<u8>) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut left = number;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (left % 10) as u8;
+        left /= 10;
+        if left == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+    out.extend_from_slice(b"\r\n");
+}
 
 /// How deep arrays may nest in a reply.
 pub(super) const MAX_DEPTH: usize = 32;
@@ -142,6 +185,33 @@ mod tests {
         match reply(bytes, 0) {
             Ok(Some((value, end))) if end == bytes.len() => value,
             other => panic!("{bytes:?}: {other:?}"),
+        }
+    }
+
+    /// Commands are written byte for byte as the `redis` crate packs them.
+    #[test]
+    fn commands_are_written_as_the_redis_crate_packs_them() {
+        let mut set = redis::cmd("SET");
+        set.arg("quorlock:a")
+            .arg("q0123")
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000u64);
+        let mut long = redis::cmd("EVALSHA");
+        long.arg("f".repeat(40))
+            .arg(1)
+            .arg(vec![7u8; 1000])
+            .arg("")
+            .arg(-12i64);
+        let ping = redis::cmd("PING");
+        let mut many = redis::cmd("HSET");
+        for n in 0..12 {
+            many.arg(n).arg(format!("value {n}"));
+        }
+        for cmd in [set, long, ping, many] {
+            let mut out = b"before".to_vec();
+            write(&cmd, &mut out);
+            assert_eq!(out[6..], cmd.get_packed_command()[..]);
         }
     }
 
