@@ -10,7 +10,7 @@
 //! its [`Cmd`] and [`Pipeline`], replies its [`Value`], errors its
 //! [`RedisError`], so every caller reads the same values either way.
 //! `rediss://` (TLS) and RESP3 connections stay the `redis` crate's
-//! ([`Server`](super::Server)).
+//! ([`Server`](super::server::Server)).
 //!
 //! What callers rely on, and why it holds:
 //!
@@ -308,6 +308,9 @@ struct Drive<S> {
     answered: Vec<Owed>,
 }
 
+/// Why a connection ends when it is no longer used.
+const UNUSED: &str = "every handle of it was dropped";
+
 /// How much room a read asks for at least.
 const READ_ROOM: usize = 16 * 1024;
 
@@ -366,14 +369,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Drive<S> {
         }
     }
 
-    /// Hands each complete reply read to the call it belongs to.
-    fn hand_out(&mut self) -> Result<(), &'static str> {
+    /// Hands each complete reply read to the call it belongs to; whether
+    /// the connection is done with (no handle left, no reply owed).
+    fn hand_out(&mut self) -> Result<bool, &'static str> {
         let mut at = 0;
         let mut state = tasks::lock(&self.shared.state);
         let outcome = loop {
             let (reply, next) = match resp::reply(&self.read[..self.filled], at) {
                 Ok(Some(read)) => read,
-                Ok(None) => break Ok(()),
+                Ok(None) => {
+                    let unused = self.shared.handles.load(Ordering::Acquire) == 0;
+                    break Ok(unused && state.owed.is_empty());
+                }
                 Err(resp::Malformed(why)) => break Err(why),
             };
             at = next;
@@ -404,7 +411,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Future for Drive<S> {
         {
             let mut state = tasks::lock(&this.shared.state);
             if this.shared.handles.load(Ordering::Acquire) == 0 && state.owed.is_empty() {
-                return Poll::Ready(());
+                drop(state);
+                return this.end(io::ErrorKind::BrokenPipe, UNUSED);
             }
             match &state.driver {
                 Some(waker) if waker.will_wake(cx.waker()) => {}
@@ -419,12 +427,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Future for Drive<S> {
             Ok(false) => return this.end(io::ErrorKind::UnexpectedEof, "the server closed it"),
             Err(err) => return this.end(err.kind(), &err.to_string()),
         }
-        if let Err(why) = this.hand_out() {
-            return this.end(io::ErrorKind::ConnectionAborted, why);
-        }
-        let state = tasks::lock(&this.shared.state);
-        if this.shared.handles.load(Ordering::Acquire) == 0 && state.owed.is_empty() {
-            return Poll::Ready(());
+        match this.hand_out() {
+            Ok(false) => {}
+            Ok(true) => return this.end(io::ErrorKind::BrokenPipe, UNUSED),
+            Err(why) => return this.end(io::ErrorKind::ConnectionAborted, why),
         }
         // Pending: the socket wakes it when it can read or write more, a
         // call when it queues commands, the last handle when it goes.
@@ -611,7 +617,11 @@ mod tests {
         let mut owed = connection.req_packed_command(&a);
         runtime.block_on(async { assert!(futures::poll!(owed.as_mut()).is_pending()) });
         drop(runtime);
-        let err = futures::executor::block_on(owed).expect_err("fails");
-        assert!(crate::connection::is_broken(&err), "{err}");
+        // Answered by the drop: ready at its next poll, not left waiting.
+        let polled = futures::executor::block_on(async { futures::poll!(owed.as_mut()) });
+        match polled {
+            Poll::Ready(Err(err)) => assert!(crate::connection::is_broken(&err), "{err}"),
+            other => panic!("the owed call was not failed: {other:?}"),
+        }
     }
 }
