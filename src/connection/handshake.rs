@@ -10,7 +10,9 @@ use super::pipelined::Pipelined;
 /// `info`: `AUTH` where there is a password (without the user name where
 /// the server predates users), `SELECT` where the database is not 0, and
 /// the client's library name and version (`CLIENT SETINFO`, whose refusal
-/// by an older server is ignored, as the `redis` crate ignores it).
+/// by an older server is ignored, as the `redis` crate ignores it). The
+/// name sent is always `quorlock` and its version, unless the URL's
+/// settings skip it.
 ///
 /// # Errors
 ///
@@ -53,14 +55,19 @@ pub(crate) async fn handshake(
         setup.cmd("SELECT").arg(info.db());
     }
     if !info.skip_set_lib_name() {
-        let name = info.lib_name().unwrap_or("quorlock");
-        let version = info.lib_ver().unwrap_or(env!("CARGO_PKG_VERSION"));
-        setup.cmd("CLIENT").arg("SETINFO").arg("LIB-NAME").arg(name);
+        // Always quorlock's own name and version: the settings for another
+        // name (`lib_name`) came after redis 1.0.3, the lowest version
+        // Cargo.toml allows, so they are not read.
+        setup
+            .cmd("CLIENT")
+            .arg("SETINFO")
+            .arg("LIB-NAME")
+            .arg("quorlock");
         setup
             .cmd("CLIENT")
             .arg("SETINFO")
             .arg("LIB-VER")
-            .arg(version);
+            .arg(env!("CARGO_PKG_VERSION"));
     }
     if setup.is_empty() {
         return Ok(());
