@@ -3,7 +3,8 @@
 //! nodes, hold 1 ms, a checker Redis `INCR`ing inside the critical section,
 //! patience 60 s) and "many resources" hand-overs (one client holds R
 //! locks, another has one waiting `lock` per resource, all R are released at
-//! once). Each workload runs `--runs` times on fresh servers; the figures are
+//! once; the holder is a process of its own, this executable re-run with
+//! `--holder`). Each workload runs `--runs` times on fresh servers; the figures are
 //! medians with their spread (max − min over the median).
 //!
 //! ```text
@@ -149,6 +150,7 @@ fn sales(
 
 /// `runs` hand-overs of `resources` locks.
 fn hand_overs(
+    exe: &std::path::Path,
     runtime: &tokio::runtime::Runtime,
     runs: usize,
     resources: usize,
@@ -166,7 +168,8 @@ fn hand_overs(
             if let Some(patience) = patience {
                 builder = builder.acquire_timeout(patience);
             }
-            support::sale::handover(&servers, builder.build()?, resources).await
+            let waiter = builder.build()?;
+            support::handover::handover(exe, "--holder", &servers, waiter, resources).await
         })?;
         let ms = |duration: Duration| duration.as_secs_f64() * 1e3;
         // Issue 44's bounds: p99 within 150 ms at R = 1,000 (default
@@ -241,7 +244,7 @@ fn run(args: &[String], runtime: &tokio::runtime::Runtime) -> Result<(), AnyErro
             Workload::Many {
                 resources,
                 patience,
-            } => hand_overs(runtime, runs, resources, patience)?,
+            } => hand_overs(&exe, runtime, runs, resources, patience)?,
         }
     }
     Ok(())
@@ -250,9 +253,16 @@ fn run(args: &[String], runtime: &tokio::runtime::Runtime) -> Result<(), AnyErro
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let runtime = support::runtime().expect("tokio runtime");
-    if args.first().map(String::as_str) == Some("--sale-worker") {
-        let outcome = runtime.block_on(support::sale::worker_main(&args[1..]));
-        return support::harness::exit("sale worker", outcome);
+    match args.first().map(String::as_str) {
+        Some("--sale-worker") => {
+            let outcome = runtime.block_on(support::sale::worker_main(&args[1..]));
+            return support::harness::exit("sale worker", outcome);
+        }
+        Some("--holder") => {
+            let outcome = runtime.block_on(support::handover::holder_main(&args[1..]));
+            return support::harness::exit("holder", outcome);
+        }
+        _ => {}
     }
     support::harness::exit("flash_sale", run(&args, &runtime))
 }

@@ -144,7 +144,8 @@ fn a_sigkilled_client_with_hundreds_of_waiters_stops_blocking(
     })
 }
 
-/// One client holds 5,000 locks (default options); another has one waiting
+/// One client, a process of its own, holds 5,000 locks (default options);
+/// another has one waiting
 /// `lock` call per resource (patience 30 s: under load, with nodes skipped
 /// while 5,000 first rounds arrive at once, the last waiter took over 10 s
 /// to queue on every node and gave up first); all 5,000 are released at
@@ -154,6 +155,7 @@ fn a_sigkilled_client_with_hundreds_of_waiters_stops_blocking(
 /// unconfirmed)
 /// and every waiter acquires.
 fn thousands_of_waiters_on_distinct_resources_released_at_once_all_acquire(
+    exe: &std::path::Path,
     runtime: &tokio::runtime::Runtime,
 ) -> Outcome {
     const RESOURCES: usize = 5_000;
@@ -162,7 +164,8 @@ fn thousands_of_waiters_on_distinct_resources_released_at_once_all_acquire(
         let waiter = support::builder(&servers)
             .acquire_timeout(Duration::from_secs(30))
             .build()?;
-        let handover = support::sale::handover(&servers, waiter, RESOURCES).await?;
+        let handover =
+            support::handover::handover(exe, "--holder", &servers, waiter, RESOURCES).await?;
         println!(
             "  {} of {RESOURCES} acquired, the last {:?} after the release began (the \
              release of all took {:?}, {} unconfirmed)",
@@ -189,6 +192,10 @@ fn main() -> ExitCode {
             let outcome = runtime.block_on(support::sale::worker_main(&args[1..]));
             return support::harness::exit("sale worker", outcome);
         }
+        Some("--holder") => {
+            let outcome = runtime.block_on(support::handover::holder_main(&args[1..]));
+            return support::harness::exit("holder", outcome);
+        }
         Some("--doomed-client") => {
             let outcome: Result<(), AnyError> = match &args[1..] {
                 [count, resource, nodes @ ..] => match count.parse() {
@@ -209,6 +216,8 @@ fn main() -> ExitCode {
         "a_sigkilled_client_with_hundreds_of_waiters_stops_blocking" => {
             a_sigkilled_client_with_hundreds_of_waiters_stops_blocking(&exe, &runtime)
         }
-        _ => thousands_of_waiters_on_distinct_resources_released_at_once_all_acquire(&runtime),
+        _ => {
+            thousands_of_waiters_on_distinct_resources_released_at_once_all_acquire(&exe, &runtime)
+        }
     })
 }

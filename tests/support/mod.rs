@@ -33,6 +33,8 @@ pub mod harness;
 
 pub mod sale;
 
+pub mod handover;
+
 mod server;
 #[allow(unused_imports)]
 pub use server::{adapted, describe, is_redis_before_7, not_run, server_binary};
