@@ -12,6 +12,10 @@
 # per cycle but parks more often is not faster.
 #
 #   scripts/bench-paired.sh BASE_BENCH NEW_BENCH [ROUNDS] [SECS]
+#
+# NODES="1" (or "3 5", ...) times only those N, each round; with many short
+# rounds (NODES=1 ... 16 2) the pairs are seconds apart, which on a noisy
+# host is what keeps a pair's two runs in the same weather.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/redis.sh
@@ -40,7 +44,7 @@ rate() {
 }
 
 for round in $(seq "$rounds"); do
-    for n in 1 3 5; do
+    for n in ${NODES:-1 3 5}; do
         if [ $((round % 2)) -eq 1 ]; then
             b=$(rate "$base" "$n"); w=$(rate "$new" "$n")
         else
