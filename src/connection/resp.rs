@@ -39,8 +39,17 @@ pub(super) fn write(cmd: &Cmd, out: &mut Vec<u8>) {
     }
 }
 
-/// Appends `number` in decimal and `\r\n`.
+/// Appends `number` in decimal and `\r\n`. One or two digits (every
+/// count and most lengths of a quorlock command) go in as one fixed-size
+/// copy, without a call to `memcpy`.
 fn decimal(number: usize, out: &mut Vec<u8>) {
+    let digit = |n: usize| b'0' + (n % 10) as u8;
+    if number < 10 {
+        return out.extend_from_slice(&[digit(number), b'\r', b'\n']);
+    }
+    if number < 100 {
+        return out.extend_from_slice(&[digit(number / 10), digit(number), b'\r', b'\n']);
+    }
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     let mut left = number;
