@@ -253,16 +253,8 @@ fn run(args: &[String], runtime: &tokio::runtime::Runtime) -> Result<(), AnyErro
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let runtime = support::runtime().expect("tokio runtime");
-    match args.first().map(String::as_str) {
-        Some("--sale-worker") => {
-            let outcome = runtime.block_on(support::sale::worker_main(&args[1..]));
-            return support::harness::exit("sale worker", outcome);
-        }
-        Some("--holder") => {
-            let outcome = runtime.block_on(support::handover::holder_main(&args[1..]));
-            return support::harness::exit("holder", outcome);
-        }
-        _ => {}
+    if let Some(exit) = support::sale::child(&args, &runtime) {
+        return exit;
     }
     support::harness::exit("flash_sale", run(&args, &runtime))
 }

@@ -187,26 +187,20 @@ fn thousands_of_waiters_on_distinct_resources_released_at_once_all_acquire(
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let runtime = support::runtime().expect("tokio runtime");
-    match args.first().map(String::as_str) {
-        Some("--sale-worker") => {
-            let outcome = runtime.block_on(support::sale::worker_main(&args[1..]));
-            return support::harness::exit("sale worker", outcome);
-        }
-        Some("--holder") => {
-            let outcome = runtime.block_on(support::handover::holder_main(&args[1..]));
-            return support::harness::exit("holder", outcome);
-        }
-        Some("--doomed-client") => {
-            let outcome: Result<(), AnyError> = match &args[1..] {
-                [count, resource, nodes @ ..] => match count.parse() {
-                    Ok(count) => runtime.block_on(doomed_client(count, resource, nodes)),
-                    Err(_) => Err("bad COUNT".into()),
-                },
-                _ => Err("--doomed-client COUNT RESOURCE NODE...".into()),
-            };
-            return support::harness::exit("doomed client", outcome);
-        }
-        _ => {}
+    if let Some(exit) = support::sale::child(&args, &runtime) {
+        return exit;
+    }
+    if let Some(("--doomed-client", rest)) =
+        args.split_first().map(|(flag, rest)| (flag.as_str(), rest))
+    {
+        let outcome: Result<(), AnyError> = match rest {
+            [count, resource, nodes @ ..] => match count.parse() {
+                Ok(count) => runtime.block_on(doomed_client(count, resource, nodes)),
+                Err(_) => Err("bad COUNT".into()),
+            },
+            _ => Err("--doomed-client COUNT RESOURCE NODE...".into()),
+        };
+        return support::harness::exit("doomed client", outcome);
     }
     let exe = std::env::current_exe().expect("own executable");
     support::harness::run_tests(&args, &TESTS, |name| match name {

@@ -245,3 +245,21 @@ pub async fn worker_main(args: &[String]) -> Result<(), AnyError> {
     println!("{}", waits.join(" "));
     Ok(())
 }
+
+/// The child processes that the flash-sale workloads re-run their own
+/// executable as: `--sale-worker` ([`worker_main`]) and `--holder`
+/// (`handover::holder_main`). `None` when `args` asks for neither.
+pub fn child(args: &[String], runtime: &tokio::runtime::Runtime) -> Option<std::process::ExitCode> {
+    let (flag, rest) = args.split_first()?;
+    match flag.as_str() {
+        "--sale-worker" => Some(super::harness::exit(
+            "sale worker",
+            runtime.block_on(worker_main(rest)),
+        )),
+        "--holder" => Some(super::harness::exit(
+            "holder",
+            runtime.block_on(super::handover::holder_main(rest)),
+        )),
+        _ => None,
+    }
+}
