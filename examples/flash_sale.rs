@@ -4,8 +4,8 @@
 //! patience 60 s) and "many resources" hand-overs (one client holds R
 //! locks, another has one waiting `lock` per resource, all R are released at
 //! once; the holder is a process of its own, this executable re-run with
-//! `--holder`). Each workload runs `--runs` times on fresh servers; the figures are
-//! medians with their spread (max − min over the median).
+//! `--holder`). Each workload runs `--runs` times on fresh servers; the
+//! figures are medians with their spread (max − min over the median).
 //!
 //! ```text
 //! cargo run --release --example flash_sale -- [--runs R] [--sale PxT]... [--many R[:PATIENCE_S]]...

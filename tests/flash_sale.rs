@@ -145,15 +145,13 @@ fn a_sigkilled_client_with_hundreds_of_waiters_stops_blocking(
 }
 
 /// One client, a process of its own, holds 5,000 locks (default options);
-/// another has one waiting
-/// `lock` call per resource (patience 30 s: under load, with nodes skipped
-/// while 5,000 first rounds arrive at once, the last waiter took over 10 s
-/// to queue on every node and gave up first); all 5,000 are released at
-/// once: the releases are confirmed (a client's unlocks go in waves that
-/// the nodes answer within the per-node timeout; with both cores busy up
-/// to 3 % straggled past it, so 10 % is allowed; all at once left 94 %
-/// unconfirmed)
-/// and every waiter acquires.
+/// another has one waiting `lock` call per resource (patience 30 s: under
+/// load, with nodes skipped while 5,000 first rounds arrive at once, the
+/// last waiter took over 10 s to queue on every node and gave up first);
+/// all 5,000 are released at once: the releases are confirmed (a client's
+/// unlocks go in waves that the nodes answer within the per-node timeout;
+/// with both cores busy up to 3 % straggled past it, so 10 % is allowed;
+/// all at once left 94 % unconfirmed) and every waiter acquires.
 fn thousands_of_waiters_on_distinct_resources_released_at_once_all_acquire(
     exe: &std::path::Path,
     runtime: &tokio::runtime::Runtime,
