@@ -18,7 +18,9 @@
 //! and node 0's commands (`INFO commandstats`, the commands scripts run
 //! included) and CPU per served call. A hand-over prints how many acquired,
 //! the delay from the start of the release to each acquisition (p50, p99,
-//! last) and how long the release of all took.
+//! last), how long the release of all took, and the CPU per hand-over of
+//! the nodes (together) and of the waiting client's process, from the start
+//! of the release to the last waiter's end.
 //!
 //! It needs `redis-server` on PATH (scripts/test.sh installs it).
 
@@ -160,7 +162,7 @@ fn hand_overs(
     println!(
         "many resources: {resources} waiters on {resources} locks, released at once, 3 nodes, {options}"
     );
-    let mut figures: [Vec<f64>; 5] = Default::default();
+    let mut figures: [Vec<f64>; 7] = Default::default();
     for run in 1..=runs {
         let servers = support::servers(3);
         let handover = runtime.block_on(async {
@@ -172,6 +174,7 @@ fn hand_overs(
             support::handover::handover(exe, "--holder", &servers, waiter, resources).await
         })?;
         let ms = |duration: Duration| duration.as_secs_f64() * 1e3;
+        let per_handover = |cpu: Duration| cpu.as_secs_f64() * 1e6 / resources.max(1) as f64;
         // Issue 44's bounds: p99 within 150 ms at R = 1,000 (default
         // options); the last within 1.5 × the release of all + 0.5 s.
         let last = handover.delay_percentile(100.0);
@@ -179,7 +182,8 @@ fn hand_overs(
         println!(
             "  run {run}: {} of {resources} acquired; after the release began: p50 {:.0} ms, \
              p99 {:.0} ms, last {:.0} ms; the release of all took {:.0} ms ({} unconfirmed); \
-             the last {} 1.5 × that + 0.5 s ({:.0} ms); errors {:?}",
+             the last {} 1.5 × that + 0.5 s ({:.0} ms); errors {:?}; CPU per hand-over: \
+             nodes {:.1} µs, waiter {:.1} µs",
             handover.acquired,
             ms(handover.delay_percentile(50.0)),
             ms(handover.delay_percentile(99.0)),
@@ -193,6 +197,8 @@ fn hand_overs(
             },
             ms(bound),
             handover.errors,
+            per_handover(handover.nodes_cpu),
+            per_handover(handover.waiter_cpu),
         );
         for (figure, value) in figures.iter_mut().zip([
             handover.acquired as f64,
@@ -200,6 +206,8 @@ fn hand_overs(
             ms(handover.delay_percentile(99.0)),
             ms(handover.delay_percentile(100.0)),
             ms(handover.release_took),
+            per_handover(handover.nodes_cpu),
+            per_handover(handover.waiter_cpu),
         ]) {
             figure.push(value);
         }
@@ -210,6 +218,8 @@ fn hand_overs(
         ("delay p99", "ms"),
         ("delay of the last", "ms"),
         ("release of all", "ms"),
+        ("nodes' CPU per hand-over", "µs"),
+        ("waiter's CPU per hand-over", "µs"),
     ];
     summaries(runs, &labels, &mut figures);
     Ok(())

@@ -39,6 +39,11 @@ pub struct Handover {
     pub release_took: Duration,
     /// Releases that a node did not confirm in time (they still reach it).
     pub unconfirmed: usize,
+    /// The nodes' CPU (all of them together) from the start of the release
+    /// to the last waiter's end.
+    pub nodes_cpu: Duration,
+    /// The waiting client's process's CPU over the same time.
+    pub waiter_cpu: Duration,
 }
 
 impl Handover {
@@ -49,6 +54,11 @@ impl Handover {
         let index = ((delays.len().max(1) - 1) as f64 * p / 100.0).round() as usize;
         delays.get(index).copied().unwrap_or_default()
     }
+}
+
+/// The CPU of all `nodes` so far.
+fn nodes_cpu(nodes: &[RedisServer]) -> Duration {
+    nodes.iter().map(super::sale::node_cpu).sum()
 }
 
 /// The names of the `resources` locks handed over.
@@ -112,6 +122,7 @@ pub async fn handover(
     if !joined.await {
         return Err("the last waiter did not queue on every node in 30 s".into());
     }
+    let cpu_before = (nodes_cpu(nodes), super::sale::process_cpu());
     let released = Instant::now();
     word.write_all(b"release\n").await?;
     word.flush().await?;
@@ -127,6 +138,8 @@ pub async fn handover(
             Err(err) => *handover.errors.entry(err.to_string()).or_default() += 1,
         }
     }
+    handover.nodes_cpu = nodes_cpu(nodes).saturating_sub(cpu_before.0);
+    handover.waiter_cpu = super::sale::process_cpu().saturating_sub(cpu_before.1);
     let line = holder_line(&mut said).await?;
     let [took_us, unconfirmed] = super::harness::counts::<2>(
         line.strip_prefix("released ")

@@ -186,6 +186,27 @@ pub fn node_cpu(node: &RedisServer) -> Duration {
     Duration::from_secs_f64(seconds)
 }
 
+/// This process's CPU so far (user + system, all threads), from
+/// `/proc/self/stat` in clock ticks of 10 ms (Linux's fixed `USER_HZ`);
+/// zero where it cannot be read.
+pub fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name, which is in parentheses: the
+    // 12th and 13th of them are utime and stime.
+    let ticks: u64 = stat
+        .rsplit_once(')')
+        .map(|(_, fields)| {
+            fields
+                .split_whitespace()
+                .skip(11)
+                .take(2)
+                .filter_map(|field| field.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
 /// A worker process: `TASKS PATIENCE_MS START_AT_MS CHECKER NODE...`.
 /// Prints `served failed overlaps elapsed_us`, then each served call's wait
 /// in µs on one line.
