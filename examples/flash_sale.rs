@@ -20,7 +20,8 @@
 //! the delay from the start of the release to each acquisition (p50, p99,
 //! last), how long the release of all took, and the CPU per hand-over of
 //! the nodes (together) and of the waiting client's process, from the start
-//! of the release to the last waiter's end.
+//! of the release to the last waiter's end, and node 0's commands per
+//! hand-over over that time.
 //!
 //! It needs `redis-server` on PATH (scripts/test.sh installs it).
 
@@ -150,6 +151,16 @@ fn sales(
     Ok(())
 }
 
+/// Calls per command and hand-over, the most frequent first.
+fn per_command(calls: &std::collections::BTreeMap<String, u64>, resources: usize) -> String {
+    let mut calls: Vec<_> = calls.iter().collect();
+    calls.sort_by(|a, b| b.1.cmp(a.1));
+    let each = |(name, count): (&String, &u64)| {
+        format!("{name} {:.2}", *count as f64 / resources.max(1) as f64)
+    };
+    calls.into_iter().map(each).collect::<Vec<_>>().join(", ")
+}
+
 /// `runs` hand-overs of `resources` locks.
 fn hand_overs(
     exe: &std::path::Path,
@@ -183,7 +194,7 @@ fn hand_overs(
             "  run {run}: {} of {resources} acquired; after the release began: p50 {:.0} ms, \
              p99 {:.0} ms, last {:.0} ms; the release of all took {:.0} ms ({} unconfirmed); \
              the last {} 1.5 × that + 0.5 s ({:.0} ms); errors {:?}; CPU per hand-over: \
-             nodes {:.1} µs, waiter {:.1} µs",
+             nodes {:.1} µs, waiter {:.1} µs; node-0 commands per hand-over {:.2} ({})",
             handover.acquired,
             ms(handover.delay_percentile(50.0)),
             ms(handover.delay_percentile(99.0)),
@@ -199,6 +210,8 @@ fn hand_overs(
             handover.errors,
             per_handover(handover.nodes_cpu),
             per_handover(handover.waiter_cpu),
+            handover.node_calls.values().sum::<u64>() as f64 / resources.max(1) as f64,
+            per_command(&handover.node_calls, resources),
         );
         for (figure, value) in figures.iter_mut().zip([
             handover.acquired as f64,

@@ -44,6 +44,9 @@ pub struct Handover {
     pub nodes_cpu: Duration,
     /// The waiting client's process's CPU over the same time.
     pub waiter_cpu: Duration,
+    /// Node 0's calls per command over the same time (the commands scripts
+    /// ran included; see [`super::command_calls`]).
+    pub node_calls: std::collections::BTreeMap<String, u64>,
 }
 
 impl Handover {
@@ -122,6 +125,10 @@ pub async fn handover(
     if !joined.await {
         return Err("the last waiter did not queue on every node in 30 s".into());
     }
+    let first = nodes.first().ok_or("a hand-over needs nodes")?;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut first.connection())?;
     let cpu_before = (nodes_cpu(nodes), super::sale::process_cpu());
     let released = Instant::now();
     word.write_all(b"release\n").await?;
@@ -140,6 +147,7 @@ pub async fn handover(
     }
     handover.nodes_cpu = nodes_cpu(nodes).saturating_sub(cpu_before.0);
     handover.waiter_cpu = super::sale::process_cpu().saturating_sub(cpu_before.1);
+    handover.node_calls = super::command_calls(std::slice::from_ref(first));
     let line = holder_line(&mut said).await?;
     let [took_us, unconfirmed] = super::harness::counts::<2>(
         line.strip_prefix("released ")
