@@ -37,6 +37,28 @@
 //! [`MAX_CHECK`] (one second). A heartbeat call carries up to
 //! [`CHECK_BATCH`] keys.
 //!
+//! Where the check finds a quorlock holder and a waiter of this client
+//! first in the queue, the holder's release hands the key on to that very
+//! waiter and notifies it: what the one-second look would catch there is a
+//! dead waiter ahead, and there is none. The key is checked again at the
+//! holder's `PTTL` (its expiry notifies nobody), but no later than
+//! [`FIRST_MAX_CHECK`] (five seconds), which keeps the queue's lifetime
+//! renewed and bounds two rare cases that then wait longer than a second:
+//!
+//! - the lock key alone is lost on that node (evicted, or deleted by hand)
+//!   while the holder still lives: the free key is settled at the next
+//!   check, up to `FIRST_MAX_CHECK` later;
+//! - a waiter of another client comes to sort first after the check (a join
+//!   that overlapped ours and drew the same ticket, sorted by waiter id; a
+//!   ticket written back), and its client dies before the release: the
+//!   release reserves the key for it, the reservation ends unannounced
+//!   within [`WAITER_LIFETIME`], and the key is settled at our next check.
+//!
+//! Either way the wait is longer, never unsafe: a check only settles a free
+//! key or a void reservation. A client waiting on many held keys, each led
+//! by its own waiter (one client's waiters on many resources), so costs the
+//! nodes a fifth of the checks.
+//!
 //! A node that lost the liveness key (restarted, or it expired while the
 //! client was cut off or stalled) may have dropped the client's entries:
 //! every waiter of the client then makes a round there as if that node had
@@ -47,8 +69,10 @@
 //!
 //! Per client and node, one heartbeat call every `REFRESH_INTERVAL` while it
 //! has waiters, plus a check of each lock key it waits on, usually one every
-//! `MAX_CHECK` (a held key's `PTTL` is longer): nothing per waiter. Joining, claiming and leaving stay one
-//! round each per waiter; they are the hand-overs themselves.
+//! `MAX_CHECK` (a held key's `PTTL` is longer), or every `FIRST_MAX_CHECK`
+//! where its waiter leads the queue: nothing per waiter. Joining, claiming
+//! and leaving stay one round each per waiter; they are the hand-overs
+//! themselves.
 //!
 //! # Safety
 //!
@@ -62,7 +86,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::node::Node;
+use crate::node::{Checked, Node};
 use crate::notify::Notifications;
 use crate::queue::entries::{REFRESH_INTERVAL, WAITER_LIFETIME, lifetime_ms};
 use crate::tasks;
@@ -73,8 +97,17 @@ use crate::tasks;
 /// and a live client whose last check came just before that release looks
 /// again within this time, so the next live waiter is served within
 /// `max(WAITER_LIFETIME, MAX_CHECK)` and one heartbeat interval of the
-/// release.
+/// release. (A client whose waiter led the queue at its last check is
+/// handed the key by the release itself: see [`FIRST_MAX_CHECK`].)
 pub(crate) const MAX_CHECK: Duration = WAITER_LIFETIME;
+
+/// The longest a client goes without checking a lock key that a quorlock
+/// holder holds while its own waiter is first in the key's queue there (the
+/// holder's release hands the key on to that waiter and notifies it; what
+/// no release announces there is the holder's expiry, at the key's `PTTL`,
+/// and the rare cases in the module docs). Five times [`MAX_CHECK`], and a
+/// small part of the queue's lifetime, which checks renew.
+pub(crate) const FIRST_MAX_CHECK: Duration = Duration::from_secs(5);
 
 /// The most lock keys one heartbeat call checks; more go in several calls.
 pub(crate) const CHECK_BATCH: usize = 256;
@@ -247,34 +280,60 @@ impl Session {
             watched.running[index] = false;
             return None;
         }
-        let mut due: HashMap<Arc<str>, Vec<Arc<[u8]>>> = HashMap::new();
+        // Grouped by liveness key: the plain layout has one, shared by every
+        // watch (the same `Arc`, found without hashing it again).
+        let mut due: Vec<Due> = Vec::new();
+        let mut at: HashMap<&str, usize> = HashMap::new();
         for (key, watch) in &watched.keys {
-            let keys = due.entry(watch.live_key.clone()).or_default();
+            let same = due
+                .last()
+                .is_some_and(|(last, _)| Arc::ptr_eq(last, &watch.live_key));
+            let group = if same {
+                due.len() - 1
+            } else {
+                *at.entry(&watch.live_key).or_insert_with(|| {
+                    due.push((watch.live_key.clone(), Vec::new()));
+                    due.len() - 1
+                })
+            };
             if watch.check_at[index] <= now {
-                keys.push(key.clone());
+                due[group].1.push(key.clone());
             }
         }
-        Some(due.into_iter().collect())
+        Some(due)
     }
 
-    /// Schedules node `index`'s next check of `keys`, which nothing needs
-    /// for `waits` ms each (as the heartbeat said; `None`: it did not
-    /// answer, check again at the next beat).
-    fn schedule(&self, index: usize, keys: &[Arc<[u8]>], waits: Option<&[i64]>) {
+    /// Schedules node `index`'s next check of `keys`, as the heartbeat's
+    /// checks of them found (`None`: it did not answer, check again at the
+    /// next beat).
+    fn schedule(&self, index: usize, keys: &[Arc<[u8]>], checked: Option<&[Checked]>) {
         let now = Instant::now();
         let mut watched = tasks::lock(&self.watched);
         for (at, key) in keys.iter().enumerate() {
             let Some(watch) = watched.keys.get_mut(key) else {
                 continue;
             };
-            let wait = waits
-                .and_then(|waits| waits.get(at))
-                .map_or(Duration::ZERO, |&ms| {
-                    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-                });
-            watch.check_at[index] = now + wait.clamp(REFRESH_INTERVAL, MAX_CHECK);
+            let next = checked
+                .and_then(|checked| checked.get(at))
+                .map_or(REFRESH_INTERVAL, next_check);
+            watch.check_at[index] = now + next;
         }
     }
+}
+
+/// How long after a check the key is checked again: when nothing there
+/// needs a look (the check's `PTTL`), but no sooner than
+/// [`REFRESH_INTERVAL`] and no later than [`MAX_CHECK`], or
+/// [`FIRST_MAX_CHECK`] when the holder's release hands the key on to a
+/// waiter of this client.
+fn next_check(checked: &Checked) -> Duration {
+    let wait = Duration::from_millis(u64::try_from(checked.wait_ms).unwrap_or(0));
+    let most = if checked.first {
+        FIRST_MAX_CHECK
+    } else {
+        MAX_CHECK
+    };
+    wait.clamp(REFRESH_INTERVAL, most)
 }
 
 impl Drop for Watching {
@@ -336,9 +395,9 @@ async fn heartbeats(session: &Session, index: usize, live_key: &str, due: &[Arc<
             .heartbeat(live_key.as_bytes(), lifetime_ms(), keys)
             .await
         {
-            Ok((alive, waits)) => {
+            Ok((alive, checked)) => {
                 lost |= !alive;
-                session.schedule(index, keys, Some(&waits));
+                session.schedule(index, keys, Some(&checked));
             }
             Err(err) => {
                 tracing::trace!(node = node.name(), error = %err, "heartbeat failed");
@@ -378,6 +437,22 @@ mod tests {
         assert!(REFRESH_INTERVAL * 3 < WAITER_LIFETIME);
         assert!(REFRESH_INTERVAL < MAX_CHECK && MAX_CHECK <= WAITER_LIFETIME);
         assert!(MAX_CHECK * 10 < QUEUE_LIFETIME);
+        assert!(MAX_CHECK < FIRST_MAX_CHECK && FIRST_MAX_CHECK * 4 < QUEUE_LIFETIME);
+    }
+
+    #[test]
+    fn a_key_is_checked_again_when_it_needs_a_look_within_bounds() {
+        let after = |wait_ms, first| next_check(&Checked { wait_ms, first });
+        // A foreign holder, a free key, a key without expiry: soon.
+        assert_eq!(after(0, false), REFRESH_INTERVAL);
+        assert_eq!(after(-1, false), REFRESH_INTERVAL);
+        assert_eq!(after(-2, true), REFRESH_INTERVAL);
+        // A holder or a reservation: at its expiry, within the bound.
+        assert_eq!(after(600, false), Duration::from_millis(600));
+        assert_eq!(after(10_000, false), MAX_CHECK);
+        // A holder whose release hands the key on to our own waiter.
+        assert_eq!(after(3_000, true), Duration::from_millis(3_000));
+        assert_eq!(after(60_000, true), FIRST_MAX_CHECK);
     }
 
     #[test]

@@ -50,6 +50,18 @@ use probe::{StandingRef, timed_out};
 use reply::{Exchanged, Reply, unexpected};
 use wire::{Call, Purpose, evalsha, plan, script};
 
+/// What a heartbeat's check of one lock key found (see `session.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Checked {
+    /// How long nothing there needs a look, in ms: the `PTTL` of a quorlock
+    /// holder or a reservation, 0 for anything else.
+    pub(crate) wait_ms: i64,
+    /// A quorlock holder holds the key and the queue's first entry is a
+    /// waiter of this client: the holder's release hands the key on to it
+    /// and notifies it.
+    pub(crate) first: bool,
+}
+
 /// One node of the lock. Each call clones its one `Arc` (the node's own, so
 /// calls to different nodes touch different reference counts).
 #[derive(Debug)]
@@ -283,9 +295,9 @@ impl Node {
 
     /// The client's heartbeat on this node (`scripts::HEARTBEAT`, see
     /// `session.rs`): keeps `live_key` for `lifetime_ms` and checks `keys`.
-    /// Returns whether the liveness key was still there and, per key, how
-    /// long nothing there needs a look (ms). Bounded by the connect timeout
-    /// (it is background work); a slow node is not marked skipped by it.
+    /// Returns whether the liveness key was still there and, per key, what
+    /// the check found ([`Checked`]). Bounded by the connect timeout (it is
+    /// background work); a slow node is not marked skipped by it.
     ///
     /// Cancel safe: dropped, the call goes on only as far as the request was
     /// written.
@@ -294,7 +306,7 @@ impl Node {
         live_key: &[u8],
         lifetime_ms: u64,
         keys: &[Arc<[u8]>],
-    ) -> impl Future<Output = Result<(bool, Vec<i64>), NodeError>> + Send + 'static {
+    ) -> impl Future<Output = Result<(bool, Vec<Checked>), NodeError>> + Send + 'static {
         let mut cmd = evalsha(&scripts::HEARTBEAT, keys.len(), 2);
         for key in keys {
             cmd.arg(&**key);
@@ -321,8 +333,13 @@ impl Node {
                 _ => None,
             };
             match numbers.as_deref() {
-                Some([alive, waits @ ..]) if waits.len() == sent => {
-                    Ok((*alive == 1, waits.to_vec()))
+                Some([alive, checks @ ..]) if checks.len() == 2 * sent => {
+                    let (waits, firsts) = checks.split_at(sent);
+                    let checked = waits.iter().zip(firsts).map(|(&wait_ms, &first)| Checked {
+                        wait_ms,
+                        first: first == 1,
+                    });
+                    Ok((*alive == 1, checked.collect()))
                 }
                 _ => Err(unexpected(name, &reply)),
             }

@@ -42,7 +42,10 @@
 //!   keys its client waits on, which settle the key as a release would (a
 //!   free key or a void reservation goes to the first live waiter, with a
 //!   notification), at the key's `PTTL` and at least every
-//!   `session::MAX_CHECK`, one second (see `session.rs`).
+//!   `session::MAX_CHECK`, one second, or every `session::FIRST_MAX_CHECK`,
+//!   five seconds, where a waiter of the client leads the queue behind a
+//!   quorlock holder, whose release then notifies that waiter itself (see
+//!   `session.rs`).
 //! - Tickets: a new waiter joins each node at "last ticket there + 1"; the
 //!   client takes the highest ticket any node gave and, if the nodes
 //!   differed, writes it to every node with its next round. From then on
@@ -157,7 +160,8 @@
 //! different tickets), one to claim, and its release hands on; nothing while
 //! it waits. Its client's heartbeat costs one call per node every
 //! [`REFRESH_INTERVAL`] while it has waiters, plus one check per key it
-//! waits on every `session::MAX_CHECK` at most. Notifications come on one
+//! waits on every `session::MAX_CHECK` at most (`FIRST_MAX_CHECK` where its
+//! waiter leads the queue behind a quorlock holder). Notifications come on one
 //! pub/sub connection per node and client. The scripts' work is O(log n) in
 //! the queue's length (a sorted set's insert and its first entry). A client
 //! remembers which keys its last `lock` call found taken ([`Busy`]); the

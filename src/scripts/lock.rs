@@ -137,12 +137,16 @@ end"#;
 /// on: a free key or a void reservation is handed on to the queue's first
 /// live waiter (as a release hands it on), an unmarked quorlock holder with
 /// waiters queued is marked (so that its release hands on), and the queue
-/// lives on. Returns `{alive, wait...}`: `alive` 1 when the liveness key
-/// was still there (0: the node lost it or it expired, and the client's
-/// entries there may be gone), then per key how long, in ms, nothing there
-/// needs a look: the `PTTL` of a quorlock holder or a reservation (their
-/// release or claim notifies, their expiry does not), 0 for a foreign
-/// holder (its release notifies nobody) or a key free with nobody queued.
+/// lives on. Returns `{alive, wait..., first...}`: `alive` 1 when the
+/// liveness key was still there (0: the node lost it or it expired, and the
+/// client's entries there may be gone), then per key how long, in ms,
+/// nothing there needs a look: the `PTTL` of a quorlock holder or a
+/// reservation (their release or claim notifies, their expiry does not), 0
+/// for a foreign holder (its release notifies nobody) or a key free with
+/// nobody queued; then per key 1 when a quorlock holder holds it and the
+/// queue's first entry is a waiter of this client (its ids start with the
+/// liveness key and a dot), else 0: that holder's release hands the key on
+/// to this client's waiter and notifies it.
 pub(crate) static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| Script::new(HEARTBEAT_CODE));
 
 pub(super) const HEARTBEAT_CODE: &str = concat!(
@@ -151,23 +155,35 @@ pub(super) const HEARTBEAT_CODE: &str = concat!(
 if alive == 0 then
     redis.call("set", ARGV[1], "1", "PX", ARGV[2])
 end
-local checks = {alive}
+local checks, firsts = {alive}, {}
+local ours = ARGV[1] .. "."
 for _, key in ipairs(KEYS) do
     local queue = queue_of(key)
     local value = settle(key, queue)
-    local wait = 0
+    local wait, first = 0, 0
     local queued = redis.call("pttl", queue)
-    if markable(value) or is_reservation(value) or (value and #value == 34
-        and string.find(value, "^q%x+%+$")) then
+    local holder = markable(value) or (value and #value == 34
+        and string.find(value, "^q%x+%+$"))
+    if holder or is_reservation(value) then
         if markable(value) and queued ~= -2 then
             mark(key, value)
         end
         wait = redis.call("pttl", key)
     end
+    if holder and queued ~= -2 then
+        local head = redis.call("zrange", queue, 0, 0)[1]
+        if head and string.sub(head, 1, #ours) == ours then
+            first = 1
+        end
+    end
     if queued ~= -2 and queued < queue_lifetime / 2 then
         redis.call("pexpire", queue, queue_lifetime)
     end
     checks[#checks + 1] = wait
+    firsts[#firsts + 1] = first
+end
+for _, first in ipairs(firsts) do
+    checks[#checks + 1] = first
 end
 return checks"#
 );
