@@ -191,12 +191,13 @@ impl Acquisition<'_> {
                 ttl_ms,
                 counter_key,
             },
-            (Some((waiter, ticket)), None) => Request::Wait {
+            (Some(turn), None) => Request::Wait {
                 lock,
                 ttl_ms,
                 counter_key,
-                waiter,
-                ticket,
+                waiter: turn.waiter,
+                ticket: turn.ticket,
+                looks: turn.looks,
             },
         };
         (request, gates)
@@ -375,10 +376,8 @@ impl Acquisition<'_> {
         // was never written back, and that node sorted the waiter behind
         // others until its claim: heads that differ, claims that split.
         in_flight.round.collect(Until::All).await;
-        let (highest, agree) = in_flight.round.tickets();
-        let granted = in_flight.round.votes.granted;
         let place = match &mut self.waiting {
-            Some(waiting) if waiting.joined => waiting.keep_place(highest, agree, granted),
+            Some(waiting) if waiting.joined => waiting.keep_place(&in_flight.round),
             Some(waiting) => {
                 // The plain first round found the lock taken: join now.
                 waiting.rewrite = true;
