@@ -63,9 +63,8 @@
 //! the key as a check would (the queue script settles it the same way). So
 //! the first join of a client's calls on a key asks each node that queues
 //! it what a check would report, and that node's first check is scheduled
-//! from the answer as from a check's (a check sent before that answer came
-//! read an older state: it does not reschedule); a node that did not
-//! answer so is checked within [`MAX_CHECK`] of the call's start.
+//! from the answer as from a check's; a node that did not answer so is
+//! checked one heartbeat after the join.
 //!
 //! A node that lost the liveness key (restarted, or it expired while the
 //! client was cut off or stalled) may have dropped the client's entries:
@@ -202,9 +201,6 @@ struct Watch {
     waiters: usize,
     /// When each node's heartbeat checks it next.
     check_at: Vec<Instant>,
-    /// When each node's answer to a join round scheduled that (a check
-    /// sent before it reads an older state and does not reschedule).
-    looked_at: Vec<Option<Instant>>,
 }
 
 /// A liveness key in use, with the lock keys it keeps that are due for a
@@ -246,17 +242,16 @@ impl Session {
     }
 
     /// A call starts waiting on `key`: the heartbeat runs (on every node)
-    /// and checks `key` within [`MAX_CHECK`], or when the call's join round
-    /// schedules it ([`Watching::looked`]).
+    /// and checks `key` from its next beat on, or when the call's join
+    /// round schedules it ([`Watching::looked`]).
     pub(crate) fn watch(self: &Arc<Self>, key: &Arc<[u8]>) -> Watching {
         let mut watched = tasks::lock(&self.watched);
-        let first_check = Instant::now() + MAX_CHECK;
+        let first_check = Instant::now() + REFRESH_INTERVAL;
         let nodes = self.nodes.len();
         let watch = watched.keys.entry(key.clone()).or_insert_with(|| Watch {
             live_key: self.live_keys.of(key),
             waiters: 0,
             check_at: vec![first_check; nodes],
-            looked_at: vec![None; nodes],
         });
         let fresh = watch.waiters == 0;
         watch.waiters += 1;
@@ -323,24 +318,15 @@ impl Session {
     }
 
     /// Schedules node `index`'s next check of `keys`, as the heartbeat's
-    /// checks of them, sent at `sent`, found (`None`: it did not answer,
-    /// check again at the next beat); not where a join's answer came since.
-    fn schedule(
-        &self,
-        index: usize,
-        keys: &[Arc<[u8]>],
-        checked: Option<&[Checked]>,
-        sent: Instant,
-    ) {
+    /// checks of them found (`None`: it did not answer, check again at the
+    /// next beat).
+    fn schedule(&self, index: usize, keys: &[Arc<[u8]>], checked: Option<&[Checked]>) {
         let now = Instant::now();
         let mut watched = tasks::lock(&self.watched);
         for (at, key) in keys.iter().enumerate() {
             let Some(watch) = watched.keys.get_mut(key) else {
                 continue;
             };
-            if watch.looked_at[index].is_some_and(|looked| looked > sent) {
-                continue;
-            }
             let next = checked
                 .and_then(|checked| checked.get(at))
                 .map_or(REFRESH_INTERVAL, next_check);
@@ -375,13 +361,11 @@ impl Watching {
     /// round asked): the node's next check of the key is scheduled from
     /// that, as after a check.
     pub(crate) fn looked(&self, index: usize, checked: &Checked) {
-        let now = Instant::now();
         let mut watched = tasks::lock(&self.session.watched);
-        if let Some(watch) = watched.keys.get_mut(&self.key)
-            && index < watch.check_at.len()
+        if let Some(check_at) =
+            (watched.keys.get_mut(&self.key)).and_then(|watch| watch.check_at.get_mut(index))
         {
-            watch.check_at[index] = now + next_check(checked);
-            watch.looked_at[index] = Some(now);
+            *check_at = Instant::now() + next_check(checked);
         }
     }
 }
@@ -441,18 +425,17 @@ async fn heartbeats(session: &Session, index: usize, live_key: &str, due: &[Arc<
     let mut lost = false;
     let chunks = due.chunks(CHECK_BATCH).chain(due.is_empty().then_some(due));
     for keys in chunks {
-        let sent = Instant::now();
         match node
             .heartbeat(live_key.as_bytes(), lifetime_ms(), keys)
             .await
         {
             Ok((alive, checked)) => {
                 lost |= !alive;
-                session.schedule(index, keys, Some(&checked), sent);
+                session.schedule(index, keys, Some(&checked));
             }
             Err(err) => {
                 tracing::trace!(node = node.name(), error = %err, "heartbeat failed");
-                session.schedule(index, keys, None, sent);
+                session.schedule(index, keys, None);
             }
         }
     }
