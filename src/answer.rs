@@ -7,30 +7,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Where a node's queue holds a waiter (see `queue/`), as its queue
-/// script answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Queued {
-    /// The ticket under which it holds the waiter.
-    pub(crate) ticket: u64,
-    /// What a check of the key would have found, where the round asked
-    /// (the first join of this client's calls on the key): see `session.rs`.
-    pub(crate) checked: Option<Checked>,
-}
-
-/// What a look at a lock key that a client waits on found: a heartbeat's
-/// check, or a join round asked for it (see `session.rs`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Checked {
-    /// How long nothing there needs a look, in ms: the `PTTL` of a quorlock
-    /// holder or a reservation, 0 (or below) for anything else.
-    pub(crate) wait_ms: i64,
-    /// A quorlock holder holds the key and the queue's first entry is a
-    /// waiter of this client: the holder's release hands the key on to it
-    /// and notifies it.
-    pub(crate) first: bool,
-}
-
 /// One node's answer to one request of a round.
 #[derive(Debug, Clone)]
 pub(crate) enum Answer {
@@ -40,8 +16,8 @@ pub(crate) enum Answer {
     /// returns one.
     Granted(Option<u64>),
     /// The node answered no (for an inspection: the key is absent), with the
-    /// waiter's place, where a queue holds it.
-    Refused(Option<Queued>),
+    /// ticket under which a queue holds the waiter, where it queued one.
+    Refused(Option<u64>),
     /// An inspection's answer where the key exists: the holder's token and
     /// the key's remaining TTL in milliseconds (negative: none). Tallied as
     /// a grant.

@@ -276,10 +276,6 @@ pub(crate) enum Request {
         waiter: Arc<str>,
         /// The waiter's ticket (0: join at the back).
         ticket: u64,
-        /// Whether a node that queues the waiter also says what a check of
-        /// the key would find (the first join of this client's calls on
-        /// the key: it schedules the first check, see `session.rs`).
-        looks: bool,
     },
     /// Rewrite the caller's plain locks on each key of a lock on several
     /// resources to the lock's one token, all or none (the gather script;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::answer::{Answer, Checked, NodeError, NotCounted, Queued};
+use crate::answer::{Answer, NodeError, NotCounted};
 use crate::changes::Holders;
 use crate::meter;
 use crate::quorum::Votes;
@@ -424,24 +424,12 @@ impl Round {
         let mut highest: Option<u64> = None;
         let mut agree = true;
         for answer in self.answers.iter() {
-            if let Some(Answer::Refused(Some(Queued { ticket, .. }))) = answer {
+            if let Some(Answer::Refused(Some(ticket))) = answer {
                 agree &= highest.is_none_or(|high| high == *ticket);
                 highest = Some(highest.map_or(*ticket, |high| high.max(*ticket)));
             }
         }
         (highest, agree)
-    }
-
-    /// What each node that queued the waiter and was asked would have
-    /// found by a check of the key, by node.
-    pub(crate) fn looks(&self) -> impl Iterator<Item = (usize, Checked)> + '_ {
-        (self.answers.iter().enumerate()).filter_map(|(index, answer)| match answer {
-            Some(Answer::Refused(Some(Queued {
-                checked: Some(checked),
-                ..
-            }))) => Some((index, *checked)),
-            _ => None,
-        })
     }
 
     /// Logs the round's tally (`debug!`), as `what` (`"acquire round"`, …).

@@ -59,13 +59,6 @@
 //! by its own waiter (one client's waiters on many resources), so costs the
 //! nodes a fifth of the checks.
 //!
-//! A key's first check: the round that queues a waiter has just looked at
-//! the key as a check would (the queue script settles it the same way). So
-//! the first join of a client's calls on a key asks each node that queues
-//! it what a check would report, and that node's first check is scheduled
-//! from the answer as from a check's; a node that did not answer so is
-//! checked one heartbeat after the join.
-//!
 //! A node that lost the liveness key (restarted, or it expired while the
 //! client was cut off or stalled) may have dropped the client's entries:
 //! every waiter of the client then makes a round there as if that node had
@@ -93,8 +86,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::answer::Checked;
-use crate::node::Node;
+use crate::node::{Checked, Node};
 use crate::notify::Notifications;
 use crate::queue::entries::{REFRESH_INTERVAL, WAITER_LIFETIME, lifetime_ms};
 use crate::tasks;
@@ -212,8 +204,6 @@ type Due = (Arc<str>, Vec<Arc<[u8]>>);
 pub(crate) struct Watching {
     session: Arc<Session>,
     key: Arc<[u8]>,
-    /// No other call of the client waited on the key when this one began.
-    fresh: bool,
 }
 
 impl Session {
@@ -242,8 +232,7 @@ impl Session {
     }
 
     /// A call starts waiting on `key`: the heartbeat runs (on every node)
-    /// and checks `key` from its next beat on, or when the call's join
-    /// round schedules it ([`Watching::looked`]).
+    /// and checks `key` from its next beat on.
     pub(crate) fn watch(self: &Arc<Self>, key: &Arc<[u8]>) -> Watching {
         let mut watched = tasks::lock(&self.watched);
         let first_check = Instant::now() + REFRESH_INTERVAL;
@@ -253,13 +242,11 @@ impl Session {
             waiters: 0,
             check_at: vec![first_check; nodes],
         });
-        let fresh = watch.waiters == 0;
         watch.waiters += 1;
         if !tasks::has_runtime() {
             return Watching {
                 session: self.clone(),
                 key: key.clone(),
-                fresh,
             };
         }
         // Marked running under the lock, spawned after it: a loop that is
@@ -280,7 +267,6 @@ impl Session {
         Watching {
             session: self.clone(),
             key: key.clone(),
-            fresh,
         }
     }
 
@@ -348,26 +334,6 @@ fn next_check(checked: &Checked) -> Duration {
         MAX_CHECK
     };
     wait.clamp(REFRESH_INTERVAL, most)
-}
-
-impl Watching {
-    /// No other call of the client waited on the key when this one began:
-    /// its join round asks the nodes what a check would find.
-    pub(crate) fn fresh(&self) -> bool {
-        self.fresh
-    }
-
-    /// Node `index` queued the call and found what a check would (its join
-    /// round asked): the node's next check of the key is scheduled from
-    /// that, as after a check.
-    pub(crate) fn looked(&self, index: usize, checked: &Checked) {
-        let mut watched = tasks::lock(&self.session.watched);
-        if let Some(check_at) =
-            (watched.keys.get_mut(&self.key)).and_then(|watch| watch.check_at.get_mut(index))
-        {
-            *check_at = Instant::now() + next_check(checked);
-        }
-    }
 }
 
 impl Drop for Watching {

@@ -191,13 +191,12 @@ impl Acquisition<'_> {
                 ttl_ms,
                 counter_key,
             },
-            (Some(turn), None) => Request::Wait {
+            (Some((waiter, ticket)), None) => Request::Wait {
                 lock,
                 ttl_ms,
                 counter_key,
-                waiter: turn.waiter,
-                ticket: turn.ticket,
-                looks: turn.looks,
+                waiter,
+                ticket,
             },
         };
         (request, gates)
@@ -376,8 +375,10 @@ impl Acquisition<'_> {
         // was never written back, and that node sorted the waiter behind
         // others until its claim: heads that differ, claims that split.
         in_flight.round.collect(Until::All).await;
+        let (highest, agree) = in_flight.round.tickets();
+        let granted = in_flight.round.votes.granted;
         let place = match &mut self.waiting {
-            Some(waiting) if waiting.joined => waiting.keep_place(&in_flight.round),
+            Some(waiting) if waiting.joined => waiting.keep_place(highest, agree, granted),
             Some(waiting) => {
                 // The plain first round found the lock taken: join now.
                 waiting.rewrite = true;

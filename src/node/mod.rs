@@ -37,7 +37,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use redis::Value;
 
-use crate::answer::{Answer, Checked, NodeError, NodeErrorKind, NotCounted};
+use crate::answer::{Answer, NodeError, NodeErrorKind, NotCounted};
 use crate::batch::{Batches, Witnessed};
 use crate::clock::Reading;
 use crate::connection::{self, Connection, Link};
@@ -49,6 +49,18 @@ use exchange::NodeCore;
 use probe::{StandingRef, timed_out};
 use reply::{Exchanged, Reply, unexpected};
 use wire::{Call, Purpose, evalsha, plan, script};
+
+/// What a heartbeat's check of one lock key found (see `session.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Checked {
+    /// How long nothing there needs a look, in ms: the `PTTL` of a quorlock
+    /// holder or a reservation, 0 for anything else.
+    pub(crate) wait_ms: i64,
+    /// A quorlock holder holds the key and the queue's first entry is a
+    /// waiter of this client: the holder's release hands the key on to it
+    /// and notifies it.
+    pub(crate) first: bool,
+}
 
 /// One node of the lock. Each call clones its one `Arc` (the node's own, so
 /// calls to different nodes touch different reference counts).

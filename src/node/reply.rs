@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use redis::{RedisError, Value};
 
-use crate::answer::{Answer, Checked, NodeError, NodeErrorKind, Queued};
+use crate::answer::{Answer, NodeError, NodeErrorKind};
 use crate::batch::{Batches, Judged, Landed, Witnessed};
 
 /// How a node's reply to a [`Call`] reads as an [`Answer`].
@@ -21,8 +21,7 @@ pub(super) enum Reply {
     /// granted when it set the key and neither exists.
     FirstWrite,
     /// The queue script: `{1, counter}` (granted; `counter` only with
-    /// fencing on) or `{0, ticket}` (queued), `{0, ticket, wait, first}`
-    /// where the round asked what a check would find.
+    /// fencing on) or `{0, ticket}` (queued).
     Queued { fenced: bool },
     /// The all-or-nothing acquire script of a lock on several resources:
     /// `{1, counter}` (granted; `counter` only with fencing on) or `{0, 0}`.
@@ -71,11 +70,8 @@ impl Reply {
                 [Value::Int(1), Value::Int(counter)] if *counter > 0 => {
                     Answer::Granted(u64::try_from(*counter).ok())
                 }
-                [Value::Int(0), Value::Int(ticket), looked @ ..] if *ticket > 0 => {
-                    match queued(ticket.unsigned_abs(), looked) {
-                        Some(queued) => Answer::Refused(Some(queued)),
-                        None => return Err(Value::Array(items)),
-                    }
+                [Value::Int(0), Value::Int(ticket)] if *ticket > 0 => {
+                    Answer::Refused(Some(ticket.unsigned_abs()))
                 }
                 _ => return Err(Value::Array(items)),
             },
@@ -104,21 +100,6 @@ impl Reply {
         };
         Ok(answer)
     }
-}
-
-/// Where a queue script's answer `{0, ticket, looked...}` says the node
-/// holds the waiter: `looked` is empty, or `wait, first` where the round
-/// asked what a check would find; `None` for anything else.
-fn queued(ticket: u64, looked: &[Value]) -> Option<Queued> {
-    let checked = match looked {
-        [] => None,
-        [Value::Int(wait_ms), Value::Int(first)] => Some(Checked {
-            wait_ms: *wait_ms,
-            first: *first == 1,
-        }),
-        _ => return None,
-    };
-    Some(Queued { ticket, checked })
 }
 
 /// A node's reply to a call.

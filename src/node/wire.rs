@@ -75,17 +75,9 @@ pub(super) fn plan(request: &Request) -> (Purpose, Call, Reply) {
             counter_key,
             waiter,
             ticket,
-            looks,
         } => {
             let fenced = counter_key.is_some();
-            let call = wait_call(
-                lock,
-                *ttl_ms,
-                counter_key.as_deref(),
-                waiter,
-                *ticket,
-                *looks,
-            );
+            let call = wait_call(lock, *ttl_ms, counter_key.as_deref(), waiter, *ticket);
             (Purpose::Vote, call, Reply::Queued { fenced })
         }
         Request::Gather {
@@ -121,21 +113,18 @@ pub(super) fn plan(request: &Request) -> (Purpose, Call, Reply) {
             lock,
             record,
             value,
-        } => record_plan(lock, record, value),
+        } => {
+            let mut cmd = evalsha(&scripts::RECORD, 2, 2);
+            cmd.arg(&*lock.key)
+                .arg(&**record)
+                .arg(&*lock.token)
+                .arg(&**value);
+            let call = script(cmd, &scripts::RECORD);
+            // Always sent, as a release: a withdrawal must reach every node.
+            (Purpose::Cleanup, call, Reply::YesNo)
+        }
         Request::Inspect { key } => status_call(&scripts::INSPECT, key, Reply::Holds),
     }
-}
-
-/// What a [`Request::Record`] sends, and how its reply reads: always sent,
-/// as a release (a withdrawal must reach every node).
-fn record_plan(lock: &LockId, record: &[u8], value: &str) -> (Purpose, Call, Reply) {
-    let mut cmd = evalsha(&scripts::RECORD, 2, 2);
-    cmd.arg(&*lock.key).arg(record).arg(&*lock.token).arg(value);
-    (
-        Purpose::Cleanup,
-        script(cmd, &scripts::RECORD),
-        Reply::YesNo,
-    )
 }
 
 /// A read (status) of `key` by `read_script`, whose reply reads as `reply`.
@@ -347,10 +336,9 @@ pub(super) fn wait_call(
     counter_key: Option<&[u8]>,
     waiter: &str,
     ticket: u64,
-    looks: bool,
 ) -> Call {
     let keys = 1 + usize::from(counter_key.is_some());
-    let mut cmd = evalsha(&scripts::WAIT, keys, 6);
+    let mut cmd = evalsha(&scripts::WAIT, keys, 5);
     cmd.arg(&*lock.key);
     if let Some(counter_key) = counter_key {
         cmd.arg(counter_key);
@@ -359,8 +347,7 @@ pub(super) fn wait_call(
         .arg(ttl_ms)
         .arg(waiter)
         .arg(ticket)
-        .arg(queue::lifetime_ms())
-        .arg(u8::from(looks));
+        .arg(queue::lifetime_ms());
     script(cmd, &scripts::WAIT)
 }
 

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::entries::{self as queue, Place};
-use crate::answer::{Answer, Checked};
+use crate::answer::Answer;
 use crate::config::Config;
 use crate::engine::{Engine, To};
 use crate::notify::{Gates, Listening};
 use crate::request::{LockId, Reached};
-use crate::round::{NodeSet, Round, Until};
+use crate::round::{NodeSet, Until};
 use crate::session::Watching;
 use crate::tasks::Left;
 
@@ -47,18 +47,6 @@ pub(crate) async fn await_handoff(
             _ = tokio::time::sleep_until(deadline.into()) => return false,
         }
     }
-}
-
-/// A waiter's round in the queue, as [`Waiting::turn`] makes it.
-pub(crate) struct Turn {
-    /// The waiter id.
-    pub(crate) waiter: Arc<str>,
-    /// Its ticket (0: join at the back).
-    pub(crate) ticket: u64,
-    /// Whether the nodes that queue it should say what a check of the key
-    /// would find: its first join, when no other call of this client waits
-    /// on the key (see `session.rs`).
-    pub(crate) looks: bool,
 }
 
 /// A `lock` call's place in the queue on the nodes. Dropped (the call ends
@@ -128,9 +116,9 @@ impl Waiting {
     }
 
     /// The waiter's part of its next turn: the gates of a claim (when
-    /// `claiming`, with notifications on), and its [`Turn`] when the round
-    /// is one in the queue (every round but a plain first one).
-    pub(crate) fn turn(&mut self, claiming: bool) -> (Option<Gates>, Option<Turn>) {
+    /// `claiming`, with notifications on), and its id and ticket when the
+    /// round is one in the queue (every round but a plain first one).
+    pub(crate) fn turn(&mut self, claiming: bool) -> (Option<Gates>, Option<(Arc<str>, u64)>) {
         // The handoffs seen so far, forgotten: this round's outcome replaces them.
         let gates = self.listening.as_mut().and_then(|listening| {
             let notified = listening.take_seen();
@@ -145,31 +133,10 @@ impl Waiting {
             return (gates, None);
         }
         self.joined = true;
-        let looks = match &self.watching {
-            Some(_) => false,
-            None => {
-                let watching = self.engine.session.watch(&self.key);
-                let fresh = watching.fresh();
-                self.watching = Some(watching);
-                fresh
-            }
-        };
-        let turn = Turn {
-            waiter: self.join().clone(),
-            ticket: self.ticket,
-            looks,
-        };
-        (gates, Some(turn))
-    }
-
-    /// What nodes that queued the waiter found, where its round asked
-    /// (see [`Waiting::turn`]): their first checks of the key are then.
-    pub(crate) fn looked(&self, looks: impl Iterator<Item = (usize, Checked)>) {
-        if let Some(watching) = &self.watching {
-            for (index, checked) in looks {
-                watching.looked(index, &checked);
-            }
+        if self.watching.is_none() {
+            self.watching = Some(self.engine.session.watch(&self.key));
         }
+        (gates, Some((self.join().clone(), self.ticket)))
     }
 
     /// The waiter's entry in the queue, to leave it: the key, with the
@@ -179,15 +146,15 @@ impl Waiting {
         Some(LockId::plain(self.key.clone(), waiter))
     }
 
-    /// After a lost `round` in the queue, all of whose answers are in: the
-    /// place to keep on the nodes. The nodes that queued the waiter gave it
-    /// at most ticket `highest` (all the same one: `agree`), and `granted`
-    /// nodes set the key; where the round asked, the nodes that queued it
-    /// said when to check the key first ([`Waiting::looked`]).
-    pub(crate) fn keep_place(&mut self, round: &Round) -> Place {
-        let (highest, agree) = round.tickets();
-        let granted = round.votes.granted;
-        self.looked(round.looks());
+    /// After a lost round in the queue, in which the nodes that queued the
+    /// waiter gave it at most ticket `highest` (all the same one: `agree`)
+    /// and `granted` nodes set the key: the place to keep on the nodes.
+    pub(crate) fn keep_place(
+        &mut self,
+        highest: Option<u64>,
+        agree: bool,
+        granted: usize,
+    ) -> Place {
         self.queued = highest.is_some();
         let ticket = self.ticket.max(highest.unwrap_or(0));
         self.rewrite =

@@ -10,9 +10,7 @@ use redis::Script;
 /// key and, with fencing on, the fencing counter; beside the lock key lives
 /// its queue (a sorted set of waiter ids by ticket; an entry is live while
 /// its client's liveness key exists). `ARGV`: token, TTL in ms, waiter id,
-/// ticket (0: join at the back), the client's liveness lifetime in ms, and
-/// `1` when a queued waiter's answer should say what a heartbeat's check of
-/// the key would find (else `0`).
+/// ticket (0: join at the back), the client's liveness lifetime in ms.
 ///
 /// First marks the waiter's client live (this round proves it). Sets the
 /// key (`SET PX`) only when it is absent and the waiter is the queue's
@@ -25,9 +23,7 @@ use redis::Script;
 /// queued. Otherwise the waiter is put in the queue (or kept there) under
 /// its ticket: `{0, ticket}`; a free key (or a void reservation) is handed
 /// on to the first live waiter, and a quorlock holder's unmarked token is
-/// marked, keeping its TTL. Asked, a queued waiter's answer is `{0, ticket,
-/// wait, first}`, as the heartbeat's check reports a key (see
-/// [`HEARTBEAT`]). A key of another type fails with `WRONGTYPE`.
+/// marked, keeping its TTL. A key of another type fails with `WRONGTYPE`.
 pub(crate) static WAIT: LazyLock<Script> = LazyLock::new(|| Script::new(WAIT_CODE));
 
 pub(super) const WAIT_CODE: &str = concat!(
@@ -62,26 +58,8 @@ if not value then
     reserve(KEYS[1], first, left)
 elseif markable(value) then
     mark(KEYS[1], value)
-    value = value .. "+"
 end
-local ticket = enqueue(QUEUE, waiter, tonumber(ARGV[4]))
-if ARGV[6] ~= "1" then
-    return {0, ticket}
-end
-local wait, leads = 0, 0
-if not value then
-    wait = left
-elseif is_reservation(value) then
-    wait = redis.call("pttl", KEYS[1])
-elseif #value == 34 and string.find(value, "^q%x+%+$") then
-    wait = redis.call("pttl", KEYS[1])
-    local head = redis.call("zrange", QUEUE, 0, 0)[1]
-    local ours = client_of(waiter)
-    if head and ours and string.sub(head, 1, #ours + 1) == ours .. "." then
-        leads = 1
-    end
-end
-return {0, ticket, wait, leads}"#
+return {0, enqueue(QUEUE, waiter, tonumber(ARGV[4]))}"#
 );
 
 /// Gives up our hold on `KEYS[1]` (the lock key, beside which lives its
