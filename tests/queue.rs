@@ -764,7 +764,7 @@ async fn keys_checked(node: &RedisServer, wait: impl std::future::Future<Output 
 /// A release hands the key on to the queue's first waiter and notifies its
 /// client, so a client whose waiter is first needs no look at a key that a
 /// quorlock holder holds before the holder's expiry (and at most every
-/// `HEAD_MAX_CHECK`): 100 keys held for a minute, each with one waiter of
+/// `FIRST_MAX_CHECK`, 5 s): 100 keys held for a minute, each with one waiter of
 /// one client, cost the node fewer than 2 checks per key in 3 s (a check
 /// every second would be 3). The waiters are then served by the releases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
