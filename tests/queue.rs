@@ -728,24 +728,9 @@ async fn many_calls_on_a_taken_key_make_one_plain_round() {
 /// log, set to log every command), when nothing but heartbeats runs
 /// scripts there.
 async fn keys_checked(node: &RedisServer, wait: impl std::future::Future<Output = ()>) -> usize {
-    let mut connection = node.connection();
-    // One parameter per `CONFIG SET`: Redis 6.2 takes no more.
-    for (parameter, value) in [
-        ("slowlog-log-slower-than", 0),
-        ("slowlog-max-len", 1_000_000),
-    ] {
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg(parameter)
-            .arg(value)
-            .query(&mut connection)
-            .unwrap();
-    }
-    let _: () = redis::cmd("SLOWLOG")
-        .arg("RESET")
-        .query(&mut connection)
-        .unwrap();
+    log_every_command(node);
     wait.await;
+    let mut connection = node.connection();
     let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
         .arg("GET")
         .arg(-1)
@@ -763,6 +748,49 @@ async fn keys_checked(node: &RedisServer, wait: impl std::future::Future<Output 
                 .flatten()
         })
         .sum()
+}
+
+/// Empties `node`'s slow log and has it log every command from now on.
+fn log_every_command(node: &RedisServer) {
+    let mut connection = node.connection();
+    // One parameter per `CONFIG SET`: Redis 6.2 takes no more.
+    for (parameter, value) in [
+        ("slowlog-log-slower-than", 0),
+        ("slowlog-max-len", 1_000_000),
+    ] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(parameter)
+            .arg(value)
+            .query(&mut connection)
+            .unwrap();
+    }
+    let _: () = redis::cmd("SLOWLOG")
+        .arg("RESET")
+        .query(&mut connection)
+        .unwrap();
+}
+
+/// Whether `node`'s slow log holds an `EVALSHA` naming `key`.
+fn slow_log_has_key(node: &RedisServer, key: &[u8]) -> bool {
+    let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(-1)
+        .query(&mut node.connection())
+        .unwrap_or_default();
+    let key = String::from_utf8_lossy(key);
+    log.iter().any(|entry| {
+        let redis::Value::Array(fields) = entry else {
+            return false;
+        };
+        let args: Vec<String> = fields
+            .get(3)
+            .and_then(|args| redis::from_redis_value(args.clone()).ok())
+            .unwrap_or_default();
+        args.first()
+            .is_some_and(|cmd| cmd.eq_ignore_ascii_case("evalsha"))
+            && args.iter().any(|arg| *arg == key)
+    })
 }
 
 /// A release hands the key on to the queue's first waiter and notifies its
@@ -808,4 +836,55 @@ async fn a_client_first_in_the_queues_does_not_check_held_keys_every_second() {
             "a waiter was not served: {served:?}"
         );
     }
+}
+
+/// The rarer case the longer checks leave: a holder's key deleted by hand
+/// on every node (no release, so nobody is notified) while the only waiter,
+/// first in the queue, checks the key every 5 s at most. The waiter is
+/// still served, within that check interval, a heartbeat and a margin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_waiter_is_served_when_the_held_key_is_deleted_by_hand() {
+    let nodes = servers(3);
+    let holder = builder(&nodes).build().unwrap();
+    let waiter = patient_client(&nodes);
+    let resource = "checks:deleted";
+    let _held = holder
+        .lock(resource, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { waiter.lock(resource, TTL).await })
+    };
+    wait_queued(&nodes, &[0, 1, 2], &waiter, resource, 1).await;
+    let key = waiter.key(resource).unwrap();
+    // Deleted once every node's heartbeat checked the key (and so knows
+    // the waiter leads its queue): the next check is seconds away.
+    for node in &nodes {
+        log_every_command(node);
+    }
+    let checked = || nodes.iter().all(|node| slow_log_has_key(node, &key));
+    assert!(
+        eventually(Duration::from_secs(10), checked).await,
+        "not every node checked the key in 10 s"
+    );
+    for node in &nodes {
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query(&mut node.connection())
+            .unwrap();
+    }
+    let deleted = Instant::now();
+    let bound = Duration::from_secs(5) + Redlock::REFRESH_INTERVAL + Duration::from_secs(2);
+    let served = tokio::time::timeout(PATIENT, waiting).await;
+    let waited = deleted.elapsed();
+    println!("  served {waited:?} after the key was deleted by hand");
+    assert!(
+        matches!(served, Ok(Ok(Ok(_)))),
+        "the waiter was not served: {served:?}"
+    );
+    assert!(
+        waited <= bound,
+        "served after {waited:?}, more than {bound:?}"
+    );
 }
